@@ -1,0 +1,33 @@
+/* cli: the `baton` command-line tool's internal interface: one function per
+ * subcommand, plus small shared helpers. Each command returns the process
+ * exit status (0 success, 1 failure, 2 usage error). */
+#ifndef BATON_CLI_H
+#define BATON_CLI_H
+
+#include <stddef.h>
+
+int bt_cmd_train(int argc, char **argv);
+int bt_cmd_models(int argc, char **argv);
+int bt_cmd_bench(int argc, char **argv);
+
+/* Prints "baton <cmd>: <message>" on stderr; returns 1. */
+int bt_cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The data directory: $BATON_DATA, else <exe dir>/../data (build tree next to
+ * the sources), else <exe dir>/../share/baton (relocated install), else the
+ * install prefix compiled in. Writes into buf; returns buf. */
+const char *bt_cli_data_dir(char *buf, size_t len);
+
+/* Parses "HxWxC" (e.g. "32x32x3"); returns 0 or -1. */
+int bt_cli_parse_shape(const char *text, int *h, int *w, int *c);
+
+/* Monotonic wall-clock seconds. */
+double bt_cli_now(void);
+
+/* Peak resident set size of this process in bytes. */
+size_t bt_cli_peak_rss(void);
+
+/* "12.3 MiB"-style formatting into buf. */
+const char *bt_cli_bytes(double bytes, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,82 @@
+/* cli/util: helpers shared by the subcommands; see cli.h. */
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "baton_build.h"
+#include "cli.h"
+
+int bt_cli_fail(const char *cmd, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "baton %s: ", cmd);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  return 1;
+}
+
+static int is_dir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+const char *bt_cli_data_dir(char *buf, size_t len) {
+  const char *env = getenv("BATON_DATA");
+  if (env && *env) {
+    snprintf(buf, len, "%s", env);
+    return buf;
+  }
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash)
+      *slash = '\0';
+    const char *candidates[] = {"/../data", "/../share/baton"};
+    for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
+      snprintf(buf, len, "%s%s", exe, candidates[i]);
+      char probe[PATH_MAX + 16];
+      snprintf(probe, sizeof probe, "%s/models", buf);
+      if (is_dir(probe))
+        return buf;
+    }
+  }
+  snprintf(buf, len, "%s", BT_INSTALL_DATADIR);
+  return buf;
+}
+
+int bt_cli_parse_shape(const char *text, int *h, int *w, int *c) {
+  char tail;
+  if (sscanf(text, "%dx%dx%d%c", h, w, c, &tail) != 3)
+    return -1;
+  return *h >= 1 && *w >= 1 && *c >= 1 && *h <= 4096 && *w <= 4096 && *c <= 4096 ? 0 : -1;
+}
+
+double bt_cli_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+size_t bt_cli_peak_rss(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (size_t)ru.ru_maxrss * 1024;
+}
+
+const char *bt_cli_bytes(double bytes, char *buf, size_t len) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 4)
+    bytes /= 1024.0, u++;
+  snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", bytes, units[u]);
+  return buf;
+}
