@@ -416,7 +416,9 @@ static bool parse_ll(const char *s, long long *out) {
   return true;
 }
 
-/* Decimal number; rejects inf/nan, hex floats and surrounding spaces. */
+/* Decimal number; rejects inf/nan, hex floats and surrounding spaces.
+ * strtod (and the %g of the dump) follow LC_NUMERIC: this assumes the "C"
+ * numeric locale, which holds unless the program calls setlocale. */
 static bool parse_double(const char *s, double *out) {
   const char *d = (*s == '-' || *s == '+') ? s + 1 : s;
   if (!isdigit((unsigned char)*d) && !(*d == '.' && isdigit((unsigned char)d[1])))
@@ -748,8 +750,9 @@ static int walk(walker *w, yaml_node_t *m, const char *prefix) {
     for (yaml_node_pair_t *q = start; q < p; q++) {
       yaml_node_t *k2 = yaml_document_get_node(w->doc, q->key);
       if (k2 && k2->type == YAML_SCALAR_NODE && strcmp(scalar(k2), kt) == 0)
-        return at(w, kn->start_mark, "duplicate key '%.*s%s' (first set at line %zu); keep one",
-                  SHOW(path), k2->start_mark.line + 1);
+        return at(w, kn->start_mark,
+                  "duplicate key '%.*s%s' (first set at line %zu, column %zu); keep one",
+                  SHOW(path), k2->start_mark.line + 1, k2->start_mark.column + 1);
     }
 
     if (strchr(kt, '.')) {

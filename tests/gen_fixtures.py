@@ -272,9 +272,24 @@ def case_flatten(seed, n, h, w, c):
     return [("x", x), ("y", x.reshape(n, 1, 1, -1)), ("dy", dy), ("dx", dy.reshape(n, h, w, c))]
 
 
-def case_module(seed, module, n, h, w, c, scale=1.0, training=True):
+def case_module(seed, module, n, h, w, c, scale=1.0, exact=()):
+    """A parameterless layer; every 7th input is replaced by one of the
+    `exact` values (kinks of ReLU/ReLU6) when given."""
     torch.manual_seed(seed)
-    return layer_case(module, randn(n, c, h, w, scale=scale), training)
+    x = randn(n, c, h, w, scale=scale)
+    if exact:
+        flat_x = x.view(-1)
+        for j, i in enumerate(range(0, flat_x.numel(), 7)):
+            flat_x[i] = exact[j % len(exact)]
+    return layer_case(module, x, True)
+
+
+def case_maxpool_ties(seed, n, h, w, c, k, stride, pad):
+    """Inputs in {-1, 0, 1}: windows hold ties, and the gradient goes to the
+    first maximum in window order (row by row), as in PyTorch."""
+    torch.manual_seed(seed)
+    x = torch.randint(-1, 2, (n, c, h, w)).to(DTYPE)
+    return layer_case(nn.MaxPool2d(k, stride, pad), x, True)
 
 
 def case_gap(seed, n, h, w, c):
@@ -432,10 +447,11 @@ def fixtures():
         ("dwconv2d_3x3_s2", lambda: case_dwconv(104, 2, 7, 6, 4, 3, 2, 1)),
         ("dense", lambda: case_dense(105, 4, 9, 7)),
         ("flatten_dense", lambda: case_flatten_dense(106, 2, 2, 3, 4, 5)),
-        ("relu", lambda: case_module(107, nn.ReLU(), 2, 3, 4, 5)),
-        ("relu6", lambda: case_module(108, nn.ReLU6(), 2, 3, 4, 5, scale=4.0)),
+        ("relu", lambda: case_module(107, nn.ReLU(), 2, 3, 4, 5, exact=(0.0,))),
+        ("relu6", lambda: case_module(108, nn.ReLU6(), 2, 3, 4, 5, 4.0, (0.0, 6.0))),
         ("maxpool_2x2", lambda: case_module(109, nn.MaxPool2d(2, 2, 0), 2, 6, 4, 3)),
         ("maxpool_3x3_s2_p1", lambda: case_module(110, nn.MaxPool2d(3, 2, 1), 2, 7, 6, 2)),
+        ("maxpool_ties", lambda: case_maxpool_ties(120, 2, 7, 6, 3, 3, 2, 1)),
         ("avgpool_2x2", lambda: case_module(111, nn.AvgPool2d(2, 2, 0), 2, 6, 4, 3)),
         ("avgpool_3x3_s2_p1", lambda: case_module(112, nn.AvgPool2d(3, 2, 1), 2, 5, 6, 2)),
         ("global_avgpool", lambda: case_gap(113, 3, 4, 3, 5)),

@@ -22,12 +22,30 @@
 /* Every key, spelled out here rather than taken from config.c, so that
  * dropping a row from the table fails the help test. */
 static const char *const all_keys[] = {
-    "model",          "data.name",          "data.path",          "data.normalize",
-    "data.shape",     "data.classes",       "data.train_samples", "data.test_samples",
-    "batch_size",     "micro_batches",      "optimizer.name",     "optimizer.lr",
-    "optimizer.momentum", "optimizer.weight_decay", "optimizer.nesterov", "epochs",
-    "iterations",     "seed",               "output",             "threads",
-    "blis_arch",      "progress",           "eval_every",         "devices",
+    "model",
+    "data.name",
+    "data.path",
+    "data.normalize",
+    "data.shape",
+    "data.classes",
+    "data.train_samples",
+    "data.test_samples",
+    "batch_size",
+    "micro_batches",
+    "optimizer.name",
+    "optimizer.lr",
+    "optimizer.momentum",
+    "optimizer.weight_decay",
+    "optimizer.nesterov",
+    "epochs",
+    "iterations",
+    "seed",
+    "output",
+    "threads",
+    "blis_arch",
+    "progress",
+    "eval_every",
+    "devices",
 };
 
 static char *read_all(const char *path) {
@@ -287,7 +305,8 @@ Test(config, missing_file) {
   bt_err err = {{0}};
   bt_config_defaults(&c);
   cr_assert_lt(bt_config_load_file(&c, FIX("no_such_file.yaml"), &err), 0);
-  cr_assert_str_eq(err.msg, "cannot open '" FIX("no_such_file.yaml") "': No such file or directory");
+  cr_assert_str_eq(err.msg,
+                   "cannot open '" FIX("no_such_file.yaml") "': No such file or directory");
   cr_assert_str_eq(c.path, "");
   cr_assert_null(c.yaml_text);
 }
@@ -317,8 +336,8 @@ Test(config, unknown_top_level_key) {
 Test(config, bad_int) {
   bt_err err = {{0}};
   load_fixture_fails(FIX("bad_int.yaml"), &err);
-  cr_assert_str_eq(err.msg,
-                   FIX("bad_int.yaml") ":2:13: batch_size: expected an integer in 1..65536, got '-3'");
+  cr_assert_str_eq(
+      err.msg, FIX("bad_int.yaml") ":2:13: batch_size: expected an integer in 1..65536, got '-3'");
 }
 
 Test(config, bad_enum) {
@@ -350,8 +369,9 @@ Test(config, invalid_utf8) {
 Test(config, duplicate_key) {
   bt_err err = {{0}};
   load_fixture_fails(FIX("duplicate_key.yaml"), &err);
-  cr_assert_str_eq(err.msg, FIX("duplicate_key.yaml") ":4:3: duplicate key 'optimizer.lr' (first set "
-                                                      "at line 3); keep one");
+  cr_assert_str_eq(err.msg,
+                   FIX("duplicate_key.yaml") ":4:3: duplicate key 'optimizer.lr' (first set "
+                                             "at line 3, column 3); keep one");
   load_fails("data: {name: synthetic}\nbatch_size: 8\ndata: {classes: 3}\n", &err);
   assert_has(err.msg, "exp.yaml:3:1: duplicate key 'data'");
 }
@@ -362,7 +382,8 @@ Test(config, mapping_where_scalar_expected) {
   cr_assert_str_eq(err.msg, FIX("mapping_for_scalar.yaml") ":4:5: optimizer.lr: expected a number "
                                                            "in (0, 10], got a mapping");
   load_fails("batch_size: [1, 2]\n", &err);
-  cr_assert_str_eq(err.msg, "exp.yaml:1:13: batch_size: expected an integer in 1..65536, got a list");
+  cr_assert_str_eq(err.msg,
+                   "exp.yaml:1:13: batch_size: expected an integer in 1..65536, got a list");
   load_fails("devices: [rpi4, [a]]\n", &err);
   assert_has(err.msg, "exp.yaml:1:17: devices: entry 2: expected a name, got a list");
   load_fails("? [a, b]\n: 1\n", &err);
@@ -384,7 +405,8 @@ Test(config, scalar_where_mapping_expected) {
 Test(config, top_level_must_be_mapping) {
   bt_err err = {{0}};
   load_fixture_fails(FIX("top_level_list.yaml"), &err);
-  assert_has(err.msg, FIX("top_level_list.yaml") ":1:1: expected a mapping of keys at the top level");
+  assert_has(err.msg,
+             FIX("top_level_list.yaml") ":1:1: expected a mapping of keys at the top level");
   assert_has(err.msg, "got a list");
   load_fails("hello\n", &err);
   assert_has(err.msg, "exp.yaml:1:1: expected a mapping of keys at the top level");
@@ -512,7 +534,7 @@ Test(config, string_values) {
 
 Test(config, shape_values) {
   static const char *const bad[] = {"0x28x1", "28x28", "28x28x1x", "5000x1x1", "28X28X1",
-                                    "28x28x", "x28x1",  "28 x28x1", "-1x2x3",  "99999999999x1x1"};
+                                    "28x28x", "x28x1", "28 x28x1", "-1x2x3",   "99999999999x1x1"};
   bt_err err = {{0}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char y[128];
@@ -775,8 +797,7 @@ Test(config, dump_then_load_round_trip) {
   /* Values that need quoting or exact digits. */
   cr_assert_eq(bt_config_set(&a, "output=runs/\"q\" \\ #x: y\ttab 'é'", &err), 0, "%s", err.msg);
   cr_assert_eq(bt_config_set(&a, "optimizer.lr=0.1", &err), 0, "%s", err.msg);
-  cr_assert_eq(bt_config_set(&a, "optimizer.momentum=0.30000000000000004", &err), 0, "%s",
-               err.msg);
+  cr_assert_eq(bt_config_set(&a, "optimizer.momentum=0.30000000000000004", &err), 0, "%s", err.msg);
   cr_assert_eq(bt_config_set(&a, "devices=true,null,- x,[y]", &err), 0, "%s", err.msg);
   char *text = dump(&a);
 
@@ -830,7 +851,7 @@ Test(config, every_key_known_to_set) {
   for (size_t i = 0; i < sizeof all_keys / sizeof all_keys[0]; i++) {
     char a[128];
     snprintf(a, sizeof a, "%s=", all_keys[i]);
-    cr_assert_eq(bt_config_set(&c, a, &err) < 0 && strstr(err.msg, "unknown key") != NULL, 0,
-                 "%s", err.msg);
+    cr_assert_eq(bt_config_set(&c, a, &err) < 0 && strstr(err.msg, "unknown key") != NULL, 0, "%s",
+                 err.msg);
   }
 }

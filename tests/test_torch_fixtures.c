@@ -1,7 +1,7 @@
 /* Compares baton's layers, and a short training run, with PyTorch.
  *
  * The references are written by tests/gen_fixtures.py (PyTorch, float64,
- * converted to baton's NHWC layouts) into tests/fixtures/torch/*.bin; the
+ * converted to baton's NHWC layouts) into tests/fixtures/torch/ (one .bin per case); the
  * layer set-ups below must match the ones there. A tensor matches when
  * max|baton - torch| <= atol + rtol * max|torch| (scaled by the tensor's
  * largest reference value, as float32 rounding errors are). */

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Command-line behaviour of build/baton: help texts, a short real run, and
+# one clear error line with a non-zero exit (never a crash) for bad input.
+# usage: cli_test.sh BATON FIXTURES_DIR
+set -u
+baton=$1
+fx=$2
+fails=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# expect_fail NAME SUBSTRING CMD...: non-zero exit < 128 (no signal), a
+# single stderr line containing SUBSTRING.
+expect_fail() {
+  local name=$1 want=$2
+  shift 2
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ $rc -eq 0 ] || [ $rc -ge 128 ]; then
+    echo "FAIL $name: exit status $rc (want 1 or 2)"; cat "$tmp/err"; fails=$((fails + 1)); return
+  fi
+  if ! grep -qF -- "$want" "$tmp/err"; then
+    echo "FAIL $name: stderr lacks '$want':"; cat "$tmp/err"; fails=$((fails + 1)); return
+  fi
+  if [ "$(wc -l <"$tmp/err")" -ne 1 ]; then
+    echo "FAIL $name: want one error line, got:"; cat "$tmp/err"; fails=$((fails + 1)); return
+  fi
+  echo "ok   $name: $(cat "$tmp/err")"
+}
+
+# expect_ok NAME SUBSTRING CMD...: exit 0 and stdout containing SUBSTRING.
+expect_ok() {
+  local name=$1 want=$2
+  shift 2
+  if ! "$@" >"$tmp/out" 2>"$tmp/err"; then
+    echo "FAIL $name: exit status $?"; cat "$tmp/err"; fails=$((fails + 1)); return
+  fi
+  if ! grep -qF -- "$want" "$tmp/out"; then
+    echo "FAIL $name: stdout lacks '$want':"; cat "$tmp/out"; fails=$((fails + 1)); return
+  fi
+  echo "ok   $name"
+}
+
+syn=(--set data.name=synthetic --set data.train_samples=256 --set data.test_samples=64
+  --set batch_size=32)
+
+expect_ok help "commands:" "$baton" --help
+expect_ok train-help "--help-config" "$baton" train --help
+expect_ok help-config "optimizer.momentum" "$baton" train --help-config
+expect_ok models "resnet18" "$baton" models
+expect_ok models-layers "conv2d" "$baton" models --layers vgg11
+expect_ok print-config "lr: 0.05" "$baton" train --print-config --set optimizer.lr=0.05
+expect_ok train-synthetic "test accuracy" "$baton" train "${syn[@]}" --set model=mlp \
+  --set data.shape=8x8x1 --set epochs=2
+expect_ok train-microbatches "test accuracy" "$baton" train "${syn[@]}" --set model=lenet5 \
+  --set data.shape=32x32x3 --set micro_batches=4 --set iterations=3
+
+expect_fail unknown-command "unknown command" "$baton" frobnicate
+expect_fail missing-file "no-such.yaml" "$baton" train "$tmp/no-such.yaml"
+expect_fail malformed-yaml "malformed.yaml:" "$baton" train "$fx/malformed.yaml"
+expect_fail unknown-key "unknown-key.yaml:3:3" "$baton" train "$fx/unknown-key.yaml"
+expect_fail bad-set "optimizer.lr" "$baton" train --set optimizer.lr=fast
+expect_fail set-without-value "--set needs" "$baton" train --set
+expect_fail unknown-model "unknown model 'resnet1000'" "$baton" train "${syn[@]}" \
+  --set model=resnet1000
+expect_fail shrinking-conv "gives no output pixel" "$baton" train "${syn[@]}" \
+  --set model=lenet5 --set data.shape=8x8x1
+expect_fail absent-dataset "apt-get install dataset-fashion-mnist" "$baton" train \
+  --set data.path="$tmp/nowhere"
+expect_fail microbatch-divides "micro_batches" "$baton" train --set batch_size=64 \
+  --set micro_batches=5
+expect_fail bench-no-model "needs --model" "$baton" bench step
+expect_fail bench-bad-model "unknown model" "$baton" bench step --model nope
+expect_fail bench-bad-batch "--batch" "$baton" bench step --model mlp --batch 0
+
+[ $fails -eq 0 ] && echo "all CLI checks passed" || echo "$fails CLI check(s) failed"
+exit $((fails > 0))

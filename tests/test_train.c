@@ -1,0 +1,146 @@
+/* Engine invariants: the GEMM seam against its reference, SGD against
+ * torch.optim.SGD's update rule, weights that do not depend on the
+ * partition, micro-batch gradient accumulation equal to the full batch, and
+ * training that actually lowers the loss. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "baton/data.h"
+#include "baton/gemm.h"
+#include "baton/model.h"
+#include "baton/optim.h"
+#include "baton/rng.h"
+#include "baton/train.h"
+
+static float max_rel_diff(const float *a, const float *b, size_t n) {
+  float scale = 0, diff = 0;
+  for (size_t i = 0; i < n; i++) {
+    scale = fmaxf(scale, fabsf(b[i]));
+    diff = fmaxf(diff, fabsf(a[i] - b[i]));
+  }
+  return diff / (scale > 0 ? scale : 1);
+}
+
+Test(gemm, blis_matches_reference_all_transposes) {
+  const int m = 37, n = 23, k = 51;
+  bt_rng rng;
+  bt_rng_seed(&rng, 1, 2);
+  float *a = malloc(sizeof(float) * m * k), *b = malloc(sizeof(float) * k * n);
+  float *c1 = malloc(sizeof(float) * m * n), *c2 = malloc(sizeof(float) * m * n);
+  for (int i = 0; i < m * k; i++)
+    a[i] = bt_rng_normal(&rng);
+  for (int i = 0; i < k * n; i++)
+    b[i] = bt_rng_normal(&rng);
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      for (int i = 0; i < m * n; i++)
+        c1[i] = c2[i] = (float)(i % 3);
+      bt_sgemm(ta, tb, m, n, k, 0.5f, a, ta ? m : k, b, tb ? k : n, 0.25f, c1, n);
+      bt_sgemm_ref(ta, tb, m, n, k, 0.5f, a, ta ? m : k, b, tb ? k : n, 0.25f, c2, n);
+      cr_expect_lt(max_rel_diff(c1, c2, (size_t)m * n), 1e-5f, "trans_a %d trans_b %d", ta, tb);
+    }
+  free(a), free(b), free(c1), free(c2);
+}
+
+Test(optim, sgd_matches_torch_rule) {
+  /* torch.optim.SGD(lr=0.1, momentum=0.9, weight_decay=0.01), two steps:
+   * p=1, g=0.5: d=0.51, buf=0.51, p=0.949; then g=0.5 again:
+   * d=0.5+0.00949=0.50949, buf=0.9*0.51+0.50949=0.96849, p=0.949-0.096849. */
+  bt_sgd opt = {0.1, 0.9, 0.01, 0};
+  float p = 1.0f, g = 0.5f, buf = 0.0f;
+  bt_sgd_step(&opt, &p, &g, &buf, 1);
+  cr_expect_float_eq(p, 0.949f, 1e-6f);
+  bt_sgd_step(&opt, &p, &g, &buf, 1);
+  cr_expect_float_eq(buf, 0.96849f, 1e-6f);
+  cr_expect_float_eq(p, 0.949f - 0.096849f, 1e-6f);
+}
+
+Test(model, weights_do_not_depend_on_partition) {
+  bt_model m;
+  bt_err err;
+  cr_assert_eq(bt_zoo_build("resnet18", (bt_shape){32, 32, 3}, 10, &m, &err), 0, "%s", err.msg);
+  bt_stage whole, part;
+  cr_assert_eq(bt_stage_init(&whole, &m, 0, m.n_layers, 1, 1, 42, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_stage_init(&part, &m, 5, 9, 1, 1, 42, &err), 0, "%s", err.msg);
+  cr_assert_eq(memcmp(part.params, whole.params + part.param_base, part.n_params * sizeof(float)),
+               0);
+  cr_assert_eq(memcmp(part.state, whole.state + part.state_base, part.n_state * sizeof(float)), 0);
+  bt_stage other;
+  cr_assert_eq(bt_stage_init(&other, &m, 0, m.n_layers, 1, 1, 43, &err), 0, "%s", err.msg);
+  cr_expect_neq(memcmp(other.params, whole.params, whole.n_params * sizeof(float)), 0,
+                "another seed must give other weights");
+  bt_stage_free(&whole), bt_stage_free(&part), bt_stage_free(&other);
+  bt_model_free(&m);
+}
+
+/* Gradients of one batch computed in 1 and in 4 micro-batches (a model
+ * without batch-norm or dropout, whose result does not depend on the split). */
+Test(train, micro_batches_accumulate_to_full_batch_gradient) {
+  bt_model m;
+  bt_err err;
+  cr_assert_eq(bt_zoo_build("lenet5", (bt_shape){28, 28, 1}, 10, &m, &err), 0, "%s", err.msg);
+  bt_dataset ds;
+  cr_assert_eq(bt_data_synthetic(32, 28, 28, 1, 10, 3, &ds, &err), 0, "%s", err.msg);
+  bt_stage full, micro;
+  cr_assert_eq(bt_stage_init(&full, &m, 0, m.n_layers, 32, 1, 7, &err), 0);
+  cr_assert_eq(bt_stage_init(&micro, &m, 0, m.n_layers, 8, 1, 7, &err), 0);
+  bt_sgd opt = {0.05, 0.9, 1e-4, 0};
+  for (long step = 0; step < 3; step++) {
+    bt_step_stats a, b;
+    bt_train_step(&full, &opt, ds.x, ds.y, 32, 1, 1, step, &a);
+    bt_train_step(&micro, &opt, ds.x, ds.y, 32, 4, 1, step, &b);
+    cr_expect_float_eq(a.loss, b.loss, 1e-5 * fabs(a.loss), "step %ld loss %g vs %g", step, a.loss,
+                       b.loss);
+    cr_expect_eq(a.correct, b.correct);
+    cr_expect_lt(max_rel_diff(micro.grads, full.grads, full.n_params), 1e-5f, "step %ld", step);
+  }
+  cr_expect_lt(max_rel_diff(micro.params, full.params, full.n_params), 1e-5f);
+  bt_stage_free(&full), bt_stage_free(&micro);
+  bt_dataset_free(&ds);
+  bt_model_free(&m);
+}
+
+Test(train, loss_falls_on_learnable_data) {
+  bt_model m;
+  bt_err err;
+  cr_assert_eq(bt_zoo_build("mlp", (bt_shape){8, 8, 1}, 4, &m, &err), 0, "%s", err.msg);
+  bt_dataset ds;
+  cr_assert_eq(bt_data_synthetic(512, 8, 8, 1, 4, 5, &ds, &err), 0, "%s", err.msg);
+  bt_stage s;
+  cr_assert_eq(bt_stage_init(&s, &m, 0, m.n_layers, 64, 1, 1, &err), 0);
+  bt_sgd opt = {0.05, 0.9, 0, 0};
+  bt_step_stats first = {0}, st = {0};
+  for (long step = 0; step < 80; step++) {
+    long off = (step % 8) * 64;
+    bt_train_step(&s, &opt, ds.x + off * 64, ds.y + off, 64, 2, 1, step, &st);
+    if (step == 0)
+      first = st;
+  }
+  bt_step_stats ev;
+  bt_evaluate(&s, ds.x, ds.y, ds.n, &ev);
+  cr_expect_lt(ev.loss, 0.5 * first.loss, "loss %g after training, %g at first", ev.loss,
+               first.loss);
+  cr_expect_gt((double)ev.correct / ev.samples, 0.8);
+  bt_stage_free(&s);
+  bt_dataset_free(&ds);
+  bt_model_free(&m);
+}
+
+Test(model, zoo_parameter_counts_match_pytorch) {
+  /* From bench/pytorch_step.py --list (PyTorch 1.13, same architectures). */
+  static const struct {
+    const char *name;
+    size_t params;
+  } want[] = {{"mlp", 1707274},    {"lenet5", 62006},      {"vgg11", 9750922},
+              {"vgg16", 15245130}, {"resnet18", 11178762}, {"mobilenetv2", 2253738}};
+  for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+    bt_model m;
+    bt_err err;
+    cr_assert_eq(bt_zoo_build(want[i].name, (bt_shape){32, 32, 3}, 10, &m, &err), 0, "%s", err.msg);
+    cr_expect_eq(m.n_params, want[i].params, "%s: %zu parameters, PyTorch has %zu", want[i].name,
+                 m.n_params, want[i].params);
+    bt_model_free(&m);
+  }
+}
