@@ -26,7 +26,8 @@ static void bench_usage(FILE *f) {
              "  --repeats N          timed steps (default 10); --warmup N untimed (default 2)\n"
              "  --arch A             BLIS kernels: auto, skx, haswell, sandybridge, generic\n"
              "  --threads T          BLIS threads (default 1)\n"
-             "  --compare-pytorch    also run bench/pytorch_step.py (python3-torch) on the same\n"
+             "  --layers             also print each layer's forward and backward time\n"
+          "  --compare-pytorch    also run bench/pytorch_step.py (python3-torch) on the same\n"
              "                       model and report baton's time as a ratio of PyTorch's\n");
 }
 
@@ -72,7 +73,7 @@ static size_t current_rss(void) {
 
 typedef struct step_opts {
   const char *model;
-  int batch, micro, repeats, warmup, threads, pytorch;
+  int batch, micro, repeats, warmup, threads, pytorch, per_layer;
   bt_shape input;
   const char *arch;
 } step_opts;
@@ -194,6 +195,18 @@ static int bench_step(const step_opts *o) {
            "sgemm, %.0f%% of step time\n",
            conv_flops / conv_time / 1e9, 100.0 * conv_flops / conv_time / 1e9 / gemm,
            100.0 * conv_time / reps / step);
+  if (o->per_layer) {
+    printf("%-4s %-22s %-15s %10s %10s %10s %10s\n", "#", "layer", "kind", "fwd ms", "bwd ms",
+           "fwd GF/s", "bwd GF/s");
+    for (int i = 0; i < n; i++) {
+      const bt_layer *l = &m.layers[i];
+      double f = lf[i] / reps, b = lb[i] / reps;
+      printf("%-4d %-22s %-15s %10.2f %10.2f %10.1f %10.1f\n", i + 1, l->name,
+             bt_layer_kind_name(l->kind), f * 1e3, b * 1e3,
+             f > 0 ? bt_layer_flops_fwd(l) * o->batch / f / 1e9 : 0.0,
+             b > 0 ? bt_layer_flops_bwd(l) * o->batch / b / 1e9 : 0.0);
+    }
+  }
   const bt_stage_mem *mm = &s.mem;
   const double core = (double)(mm->params + mm->grads + mm->optim + mm->acts);
   printf("memory: params %s + grads %s + optimizer %s + activations %s = %s; buffers and "
@@ -255,6 +268,10 @@ int bt_cmd_bench(int argc, char **argv) {
     int rc = 0;
     if (strcmp(a, "--compare-pytorch") == 0) {
       o.pytorch = 1;
+      continue;
+    }
+    if (strcmp(a, "--layers") == 0) {
+      o.per_layer = 1;
       continue;
     }
     if (strcmp(a, "--help") == 0) {
