@@ -1223,7 +1223,7 @@ static void dump_section(const bt_config *c, FILE *f, const char *prefix, int in
       fputc('\n', f);
     } else {
       char sub[256];
-      snprintf(sub, sizeof sub, "%.*s", (int)(rest - keys[i].name + len), keys[i].name);
+      snprintf(sub, sizeof sub, "%.*s", (int)((size_t)(rest - keys[i].name) + len), keys[i].name);
       fprintf(f, "%*s%.*s:\n", indent, "", (int)len, rest);
       dump_section(c, f, sub, indent + 2);
     }
