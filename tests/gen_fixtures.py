@@ -92,11 +92,6 @@ def nhwc(t):
     return t.permute(0, 2, 3, 1).contiguous()
 
 
-def nchw(t):
-    """NHWC activation -> NCHW."""
-    return t.permute(0, 3, 1, 2).contiguous()
-
-
 def conv_weight(w):
     """[cout][cin][kh][kw] -> rows (ky*kw + kx)*cin + c, columns cout."""
     cout = w.shape[0]
@@ -150,9 +145,9 @@ def layer_params(m, grad=False):
 # ---- random inputs ----------------------------------------------------------
 
 
-def randn(*shape, scale=1.0):
+def randn(*shape, scale=1.0, shift=0.0):
     """float32 normal draws, promoted to float64 (exactly representable)."""
-    return (torch.randn(*shape) * scale).to(torch.float32).to(DTYPE)
+    return (torch.randn(*shape) * scale + shift).to(torch.float32).to(DTYPE)
 
 
 def randomize_bn(bn):
@@ -178,27 +173,27 @@ def to_f32_exact(module):
 # ---- per-layer fixtures -----------------------------------------------------
 
 
-def layer_case(module, x_nchw, training, extra=None):
-    """Runs module forward/backward and returns the tensors of a fixture.
-    `extra(module)` may prepend parameters/state getters for composite
-    layers: it returns (params, dparams, state) callables."""
+def layer_case(module, x_nchw, training, getters=(None, None, None)):
+    """Runs an NCHW module forward and backward (with a random upstream
+    gradient) and returns the fixture's tensors in baton's layouts.
+    `getters` are (params, dparams, state) functions of the module, each
+    None when the layer has no such tensor."""
     module = to_f32_exact(module.to(DTYPE))
     module.train(training)
-    params, dparams, state = extra if extra else (None, None, None)
+    params, dparams, state = getters
     x = x_nchw.clone().requires_grad_(True)
-    out = []
-    out.append(("x", nhwc(x.detach())))
+    out = [("x", nhwc(x.detach()))]
     if params is not None:
         out.append(("params", params(module)))
     if state is not None:
         out.append(("state", state(module)))
     y = module(x)
-    out.append(("y", nhwc(y.detach()) if y.dim() == 4 else y.detach()))
+    out.append(("y", nhwc(y.detach())))
     if state is not None:
         out.append(("state_out", state(module)))
     dy = randn(*y.shape)
     y.backward(dy)
-    out.append(("dy", nhwc(dy) if dy.dim() == 4 else dy))
+    out.append(("dy", nhwc(dy)))
     out.append(("dx", nhwc(x.grad)))
     if dparams is not None:
         out.append(("dparams", dparams(module)))
@@ -206,12 +201,12 @@ def layer_case(module, x_nchw, training, extra=None):
 
 
 def simple():
-    """Getters for a single parameterised layer."""
-    return (lambda m: layer_params(m), lambda m: layer_params(m, grad=True), None)
+    """Getters of a single conv2d, dwconv2d or dense layer."""
+    return (layer_params, lambda m: layer_params(m, grad=True), None)
 
 
 def bn_getters():
-    return (lambda m: bn_params(m), lambda m: bn_params(m, grad=True), lambda m: bn_state(m))
+    return (bn_params, lambda m: bn_params(m, grad=True), bn_state)
 
 
 def case_conv(seed, n, h, w, cin, cout, k, stride, pad):
@@ -301,7 +296,7 @@ def case_batchnorm(seed, n, h, w, c, training):
     torch.manual_seed(seed)
     bn = nn.BatchNorm2d(c)
     randomize_bn(bn)
-    return layer_case(bn, randn(n, c, h, w, scale=1.5) + 0.5, training, bn_getters())
+    return layer_case(bn, randn(n, c, h, w, scale=1.5, shift=0.5), training, bn_getters())
 
 
 def case_softmax_ce(seed, n, k):

@@ -117,8 +117,7 @@ static int fx_parse(const unsigned char *buf, size_t len, fixture *fx, char *why
     for (uint32_t j = 0; j < ndim; j++) {
       uint32_t d;
       if (read_u32(&r, &d) < 0 || d == 0 || d > r.left / 4 || t->n > r.left / 4 / d) {
-        snprintf(why, why_len, "tensor '%s': dimension %u is bad or exceeds the file", t->name,
-                 j);
+        snprintf(why, why_len, "tensor '%s': dimension %u is bad or exceeds the file", t->name, j);
         goto fail;
       }
       t->dims[j] = d;
@@ -194,8 +193,8 @@ static const fx_tensor *fx_get(const fixture *fx, const char *name) {
 /* Requires `n` elements (whatever the dims). */
 static const fx_tensor *fx_get_n(const fixture *fx, const char *name, size_t n) {
   const fx_tensor *t = fx_get(fx, name);
-  cr_assert_eq(t->n, n, "fixture %s: tensor '%s' has %zu values, baton expects %zu", fx->file,
-               name, t->n, n);
+  cr_assert_eq(t->n, n, "fixture %s: tensor '%s' has %zu values, baton expects %zu", fx->file, name,
+               t->n, n);
   return t;
 }
 
@@ -214,8 +213,8 @@ static int32_t *fx_labels(const fx_tensor *t, int classes) {
   cr_assert_not_null(y);
   for (size_t i = 0; i < t->n; i++) {
     float v = t->data[i];
-    cr_assert(v >= 0.0f && v < (float)classes && v == floorf(v), "label %zu is %g, not a class",
-              i, v);
+    cr_assert(v >= 0.0f && v < (float)classes && v == floorf(v), "label %zu is %g, not a class", i,
+              v);
     y[i] = (int32_t)v;
   }
   return y;
@@ -308,8 +307,7 @@ static void run_layer(const char *stem, bt_layer l, int training) {
   bt_layer_forward(&l, P, S, x->data, out, aux, batch, &ex);
   expect_close(stem, "forward output", out, y, RTOL, ATOL);
   if (l.n_state)
-    expect_close(stem, "running statistics", S, fx_get_n(&fx, "state_out", l.n_state), RTOL,
-                 ATOL);
+    expect_close(stem, "running statistics", S, fx_get_n(&fx, "state_out", l.n_state), RTOL, ATOL);
   if (l.kind == BT_SOFTMAX_CE) {
     float loss = (float)(ex.loss_sum / batch);
     expect_close(stem, "mean loss", &loss, fx_get_n(&fx, "loss", 1), RTOL, ATOL);
@@ -319,8 +317,8 @@ static void run_layer(const char *stem, bt_layer l, int training) {
   expect_close(stem, "input gradient", din, dx, RTOL, ATOL);
   if (l.n_params) {
     const fx_tensor *ref = fx_get_n(&fx, "dparams", l.n_params);
-    expect_close_off(stem, "parameter gradient (accumulated onto a preset)", dP, ref->data,
-                     ref->n, DP_PRESET, RTOL, ATOL);
+    expect_close_off(stem, "parameter gradient (accumulated onto a preset)", dP, ref->data, ref->n,
+                     DP_PRESET, RTOL, ATOL);
   }
 
   free(P), free(S), free(out), free(din), free(dP), free(aux), free(ws), free(labels);
@@ -335,16 +333,16 @@ Test(torch_fixtures, conv2d_5x5_s2_pad2) {
 Test(torch_fixtures, conv2d_1x1) { run_layer("conv2d_1x1", bt_conv2d(6, 1, 1, 0), 1); }
 Test(torch_fixtures, dwconv2d_3x3_s2) { run_layer("dwconv2d_3x3_s2", bt_dwconv2d(3, 2, 1), 1); }
 Test(torch_fixtures, dense) { run_layer("dense", bt_dense(7), 1); }
+/* relu and relu6 inputs include exact kinks (0, and 6), whose gradient is 0. */
 Test(torch_fixtures, relu) { run_layer("relu", bt_relu(), 1); }
 Test(torch_fixtures, relu6) { run_layer("relu6", bt_relu6(), 1); }
 Test(torch_fixtures, maxpool_2x2) { run_layer("maxpool_2x2", bt_maxpool(2, 2, 0), 1); }
-Test(torch_fixtures, maxpool_3x3_s2_p1) {
-  run_layer("maxpool_3x3_s2_p1", bt_maxpool(3, 2, 1), 1);
-}
+Test(torch_fixtures, maxpool_3x3_s2_p1) { run_layer("maxpool_3x3_s2_p1", bt_maxpool(3, 2, 1), 1); }
+/* Inputs in {-1, 0, 1}: the gradient of a tied window goes to its first
+ * maximum, as in PyTorch. */
+Test(torch_fixtures, maxpool_ties) { run_layer("maxpool_ties", bt_maxpool(3, 2, 1), 1); }
 Test(torch_fixtures, avgpool_2x2) { run_layer("avgpool_2x2", bt_avgpool(2, 2, 0), 1); }
-Test(torch_fixtures, avgpool_3x3_s2_p1) {
-  run_layer("avgpool_3x3_s2_p1", bt_avgpool(3, 2, 1), 1);
-}
+Test(torch_fixtures, avgpool_3x3_s2_p1) { run_layer("avgpool_3x3_s2_p1", bt_avgpool(3, 2, 1), 1); }
 Test(torch_fixtures, global_avgpool) { run_layer("global_avgpool", bt_global_avgpool(), 1); }
 Test(torch_fixtures, batchnorm_train) { run_layer("batchnorm_train", bt_batchnorm(), 1); }
 Test(torch_fixtures, batchnorm_eval) { run_layer("batchnorm_eval", bt_batchnorm(), 0); }
@@ -445,15 +443,14 @@ static void expect_stage(const bt_stage *s, const fixture *fx, const char *prefi
     if (l->n_params) {
       snprintf(name, sizeof name, "%s.%d", prefix, i);
       snprintf(what, sizeof what, "parameters of layer %d (%s) after training", i, l->name);
-      expect_close(fx->file, what, s->params + l->param_off, fx_get_n(fx, name, l->n_params),
-                   RTOL, ATOL);
+      expect_close(fx->file, what, s->params + l->param_off, fx_get_n(fx, name, l->n_params), RTOL,
+                   ATOL);
     }
     if (l->n_state) {
       snprintf(name, sizeof name, "state_%s.%d", prefix, i);
-      snprintf(what, sizeof what, "running statistics of layer %d (%s) after training", i,
-               l->name);
-      expect_close(fx->file, what, s->state + l->state_off, fx_get_n(fx, name, l->n_state),
-                   RTOL, ATOL);
+      snprintf(what, sizeof what, "running statistics of layer %d (%s) after training", i, l->name);
+      expect_close(fx->file, what, s->state + l->state_off, fx_get_n(fx, name, l->n_state), RTOL,
+                   ATOL);
     }
   }
 }
@@ -475,15 +472,14 @@ Test(torch_fixtures, model_train) {
 
   bt_stage s;
   bt_err err;
-  cr_assert_eq(bt_stage_init(&s, &m, 0, m.n_layers, BATCH / MICRO, 1, 1, &err), 0, "%s",
-               err.msg);
+  cr_assert_eq(bt_stage_init(&s, &m, 0, m.n_layers, BATCH / MICRO, 1, 1, &err), 0, "%s", err.msg);
   load_stage(&s, &fx, "init");
   const bt_sgd opt = {.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4, .nesterov = 0};
   float got[STEPS];
   for (int step = 0; step < STEPS; step++) {
     bt_step_stats st;
-    bt_train_step(&s, &opt, x->data + (size_t)step * BATCH * in_elems, labels + step * BATCH,
-                  BATCH, MICRO, 1, step, &st);
+    bt_train_step(&s, &opt, x->data + (size_t)step * BATCH * in_elems, labels + step * BATCH, BATCH,
+                  MICRO, 1, step, &st);
     got[step] = (float)st.loss;
     cr_assert_eq(st.samples, BATCH);
   }
