@@ -134,7 +134,7 @@ static int fx_parse(const unsigned char *buf, size_t len, fixture *fx, char *why
     }
     fx->count = (int)i + 1;
     for (size_t k = 0; k < t->n; k++) {
-      uint32_t bits;
+      uint32_t bits = 0;
       read_u32(&r, &bits);
       memcpy(&t->data[k], &bits, sizeof bits);
     }
