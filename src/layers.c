@@ -515,6 +515,19 @@ static void dense_backward(const bt_layer *l, const float *P, const float *in, c
 
 /* ---- pooling ---------------------------------------------------------- */
 
+/* Strict >: the first maximum wins, as in PyTorch. Branch-free selects on
+ * non-aliasing rows let the compiler vectorise over channels. */
+static void max_update(float *restrict o, int32_t *restrict a, const float *restrict v, int base,
+                       int C) {
+  for (int c = 0; c < C; c++) {
+    const float ov = o[c], vv = v[c];
+    const int32_t av = a[c];
+    const int32_t mask = -(int32_t)(vv > ov);
+    o[c] = vv > ov ? vv : ov;
+    a[c] = ((base + c) & mask) | (av & ~mask);
+  }
+}
+
 static void maxpool_forward(const bt_layer *l, const float *in, float *out, int32_t *arg,
                             int batch) {
   const int H = l->in.h, W = l->in.w, C = l->in.c, OH = l->out.h, OW = l->out.w;
@@ -522,9 +535,10 @@ static void maxpool_forward(const bt_layer *l, const float *in, float *out, int3
     const float *img = in + (size_t)b * H * W * C;
     for (int oy = 0; oy < OH; oy++)
       for (int ox = 0; ox < OW; ox++) {
-        const size_t o = (((size_t)b * OH + oy) * OW + ox) * C;
+        float *o = out + (((size_t)b * OH + oy) * OW + ox) * C;
+        int32_t *a = arg + (((size_t)b * OH + oy) * OW + ox) * C;
         for (int c = 0; c < C; c++)
-          out[o + c] = -INFINITY, arg[o + c] = -1;
+          o[c] = -INFINITY, a[c] = -1;
         for (int ky = 0; ky < l->kh; ky++) {
           const int iy = oy * l->stride - l->pad + ky;
           if (iy < 0 || iy >= H)
@@ -534,9 +548,7 @@ static void maxpool_forward(const bt_layer *l, const float *in, float *out, int3
             if (ix < 0 || ix >= W)
               continue;
             const int base = (iy * W + ix) * C;
-            for (int c = 0; c < C; c++) /* strict >: the first maximum wins, as in PyTorch */
-              if (img[base + c] > out[o + c])
-                out[o + c] = img[base + c], arg[o + c] = base + c;
+            max_update(o, a, img + base, base, C);
           }
         }
       }
@@ -712,6 +724,24 @@ static void bn_backward(const bt_layer *l, const float *P, const float *in, cons
 
 /* ---- element-wise ----------------------------------------------------- */
 
+/* ReLU clipped at `cap` (INFINITY for plain ReLU, 6 for ReLU6). Loads are
+ * unconditional so the selects vectorise instead of branching on data. */
+static void relu_forward(const float *restrict in, float *restrict out, size_t n, float cap) {
+  for (size_t i = 0; i < n; i++) {
+    const float v = in[i] > 0.0f ? in[i] : 0.0f;
+    out[i] = v < cap ? v : cap;
+  }
+}
+
+/* The gradient passes where the output is strictly inside (0, cap). */
+static void relu_backward(const float *restrict out, const float *restrict dout,
+                          float *restrict din, size_t n, float cap) {
+  for (size_t i = 0; i < n; i++) {
+    const float o = out[i], g = dout[i];
+    din[i] = o > 0.0f && o < cap ? g : 0.0f;
+  }
+}
+
 static void dropout_forward(const bt_layer *l, const float *in, float *out, float *mask, size_t n,
                             const bt_exec *x) {
   if (!x->training || l->p == 0.0f) {
@@ -824,8 +854,10 @@ static void residual_backward(const bt_layer *l, const float *P, const float *in
   bt_exec inner = *x;
   inner.ws = dshort + m;
   inner.ws_floats = x->ws_floats - 4 * m;
-  for (size_t i = 0; i < n_out; i++)
-    g[i] = l->post_relu && out[i] <= 0.0f ? 0.0f : dout[i];
+  if (l->post_relu)
+    relu_backward(out, dout, g, n_out, INFINITY);
+  else
+    memcpy(g, dout, sizeof(float) * n_out);
   residual_chain_backward(l, 0, l->n_body, P, in, outs, auxs, g, din, dP, ping, pong, batch,
                           &inner);
   if (!din && l->n_short == 0)
@@ -858,12 +890,10 @@ void bt_layer_forward(const bt_layer *l, const float *P, float *S, const float *
     dense_forward(l, P, in, out, batch);
     break;
   case BT_RELU:
-    for (size_t i = 0; i < n_in; i++)
-      out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+    relu_forward(in, out, n_in, INFINITY);
     break;
   case BT_RELU6:
-    for (size_t i = 0; i < n_in; i++)
-      out[i] = in[i] > 0.0f ? (in[i] < 6.0f ? in[i] : 6.0f) : 0.0f;
+    relu_forward(in, out, n_in, 6.0f);
     break;
   case BT_MAXPOOL:
     maxpool_forward(l, in, out, (int32_t *)aux, batch);
@@ -921,12 +951,10 @@ void bt_layer_backward(const bt_layer *l, const float *P, const float *in, const
     return;
   switch (l->kind) {
   case BT_RELU:
-    for (size_t i = 0; i < n_in; i++)
-      din[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+    relu_backward(out, dout, din, n_in, INFINITY);
     break;
   case BT_RELU6:
-    for (size_t i = 0; i < n_in; i++)
-      din[i] = out[i] > 0.0f && out[i] < 6.0f ? dout[i] : 0.0f;
+    relu_backward(out, dout, din, n_in, 6.0f);
     break;
   case BT_MAXPOOL:
     maxpool_backward(l, (const int32_t *)aux, dout, din, batch);
