@@ -14,8 +14,9 @@
 #include "baton/rng.h"
 
 enum { MAX_SUB = 16 };
-/* im2col scratch cap in floats (8 MiB): large enough for efficient GEMMs,
- * small next to the activations of any model worth pipelining. */
+/* im2col lowers a chunk of samples at a time: enough rows for BLIS to run
+ * near its peak, never more than 8 MiB of scratch. */
+static const size_t IM2COL_ROWS = 4096;
 static const size_t IM2COL_CAP = (size_t)1 << 21;
 static const float BN_EPS = 1e-5f;
 static const float BN_MOMENTUM = 0.1f;
@@ -171,8 +172,11 @@ int bt_layer_finalize(bt_layer *l, const char *where, bt_err *err) {
 }
 
 static size_t conv_chunk(const bt_layer *l, int batch) {
-  size_t per_sample = (size_t)l->out.h * l->out.w * l->kh * l->kw * l->in.c;
-  size_t n = IM2COL_CAP / per_sample;
+  const size_t pix = (size_t)l->out.h * l->out.w;
+  const size_t per_sample = pix * l->kh * l->kw * l->in.c;
+  size_t n = (IM2COL_ROWS + pix - 1) / pix;
+  if (n * per_sample > IM2COL_CAP)
+    n = IM2COL_CAP / per_sample;
   if (n < 1)
     n = 1;
   return n < (size_t)batch ? n : (size_t)batch;
@@ -321,6 +325,17 @@ void bt_layer_init(const bt_layer *l, float *P, float *S, uint64_t seed) {
 
 /* ---- convolution ------------------------------------------------------ */
 
+/* memcpy for long runs; a plain loop for the few floats of a thin input
+ * (c = 1 or 3), where a library call per run would dominate. */
+static inline void copy_floats(float *restrict dst, const float *restrict src, int n) {
+  if (n >= 16) {
+    memcpy(dst, src, sizeof(float) * (size_t)n);
+    return;
+  }
+  for (int i = 0; i < n; i++)
+    dst[i] = src[i];
+}
+
 /* Lowers `nb` samples to rows of kh*kw*c values, one row per output pixel.
  * In NHWC the kw*c values of one kernel row are contiguous in the input
  * whenever the row lies inside the image, so most rows are one memcpy. */
@@ -338,14 +353,14 @@ static void im2col(const bt_layer *l, const float *in, int nb, float *col) {
           if (iy < 0 || iy >= H) {
             memset(dst, 0, sizeof(float) * KW * C);
           } else if (ix0 >= 0 && ix0 + KW <= W) {
-            memcpy(dst, img + ((size_t)iy * W + ix0) * C, sizeof(float) * KW * C);
+            copy_floats(dst, img + ((size_t)iy * W + ix0) * C, KW * C);
           } else {
             for (int kx = 0; kx < KW; kx++) {
               const int ix = ix0 + kx;
               if (ix < 0 || ix >= W)
                 memset(dst + kx * C, 0, sizeof(float) * C);
               else
-                memcpy(dst + kx * C, img + ((size_t)iy * W + ix) * C, sizeof(float) * C);
+                copy_floats(dst + kx * C, img + ((size_t)iy * W + ix) * C, C);
             }
           }
           dst += KW * C;
