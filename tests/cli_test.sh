@@ -55,6 +55,18 @@ expect_ok train-synthetic "test accuracy" "$baton" train "${syn[@]}" --set model
 expect_ok train-microbatches "test accuracy" "$baton" train "${syn[@]}" --set model=lenet5 \
   --set data.shape=32x32x3 --set micro_batches=4 --set iterations=3
 
+expect_ok models-export "conv2d: {out: 64" "$baton" models --export vgg11
+"$baton" models --export resnet18 >"$tmp/r18.yaml" 2>/dev/null
+expect_ok models-file "residual" "$baton" models --layers "$tmp/r18.yaml"
+expect_ok train-model-file "test accuracy" "$baton" train "${syn[@]}" --set iterations=2 \
+  --set data.shape=28x28x1 --set model="$fx/../../../data/models/lenet5.yaml"
+printf 'input: 28x28x1\nclasses: 10\nlayers:\n  - conv2d: {out: 4, kernel: 31}\n  - dense: {units: 10}\n' \
+  >"$tmp/shrink.yaml"
+expect_fail model-file-shrinks "shrink.yaml:4" "$baton" train "${syn[@]}" --set data.shape=28x28x1 \
+  --set model="$tmp/shrink.yaml"
+printf 'input: 28x28x1\nclasses: 10\nlayers:\n  - convolution: {out: 4}\n' >"$tmp/kind.yaml"
+expect_fail model-file-unknown-kind "convolution" "$baton" models --layers "$tmp/kind.yaml"
+
 expect_fail unknown-command "unknown command" "$baton" frobnicate
 expect_fail missing-file "no-such.yaml" "$baton" train "$tmp/no-such.yaml"
 expect_fail malformed-yaml "malformed.yaml:" "$baton" train "$fx/malformed.yaml"

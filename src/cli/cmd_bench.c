@@ -12,6 +12,7 @@
 #include "baton/data.h"
 #include "baton/gemm.h"
 #include "baton/model.h"
+#include "baton/modelfile.h"
 #include "baton/optim.h"
 #include "cli.h"
 
@@ -116,7 +117,9 @@ static double pytorch_median_ms(const step_opts *o, char *layout, size_t layout_
 static int bench_step(const step_opts *o) {
   bt_err err;
   bt_model m;
-  if (bt_zoo_build(o->model, o->input, 10, &m, &err) < 0)
+  char data[4096], models[4200];
+  snprintf(models, sizeof models, "%s/models", bt_cli_data_dir(data, sizeof data));
+  if (bt_model_resolve(o->model, models, o->input, 10, &m, &err) < 0)
     return bt_cli_fail("bench", "%s", err.msg);
   if (o->batch % o->micro != 0) {
     bt_model_free(&m);

@@ -5,12 +5,15 @@
 #include <string.h>
 
 #include "baton/model.h"
+#include "baton/modelfile.h"
 #include "cli.h"
 
 static void models_usage(FILE *f) {
-  fprintf(f, "usage: baton models [--input HxWxC] [--classes N] [--layers MODEL]\n\n"
+  fprintf(f, "usage: baton models [--input HxWxC] [--classes N] [--layers MODEL | --export MODEL]\n\n"
              "Lists the model zoo: layers, parameters, forward and training FLOPs per sample,\n"
-             "activation bytes per sample. --layers MODEL prints one model layer by layer.\n"
+             "activation bytes per sample.\n"
+             "  --layers MODEL  print one model layer by layer (MODEL: zoo name or model file)\n"
+             "  --export MODEL  write MODEL as a model file (YAML) on stdout\n"
              "Default input 32x32x3 (CIFAR-shaped); Fashion-MNIST is 28x28x1.\n");
 }
 
@@ -38,6 +41,7 @@ int bt_cmd_models(int argc, char **argv) {
   bt_shape input = {32, 32, 3};
   int classes = 10;
   const char *one = NULL;
+  int export = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       models_usage(stdout);
@@ -49,7 +53,9 @@ int bt_cmd_models(int argc, char **argv) {
       classes = atoi(argv[++i]);
       if (classes < 2)
         return bt_cli_fail("models", "--classes must be at least 2");
-    } else if (strcmp(argv[i], "--layers") == 0 && i + 1 < argc) {
+    } else if ((strcmp(argv[i], "--layers") == 0 || strcmp(argv[i], "--export") == 0) &&
+               i + 1 < argc) {
+      export = strcmp(argv[i], "--export") == 0;
       one = argv[++i];
     } else {
       return bt_cli_fail("models", "unknown option '%s'; see 'baton models --help'", argv[i]);
@@ -58,8 +64,15 @@ int bt_cmd_models(int argc, char **argv) {
   bt_err err;
   bt_model m;
   if (one) {
-    if (bt_zoo_build(one, input, classes, &m, &err) < 0)
+    char data[4096], models[4200];
+    snprintf(models, sizeof models, "%s/models", bt_cli_data_dir(data, sizeof data));
+    if (bt_model_resolve(one, models, input, classes, &m, &err) < 0)
       return bt_cli_fail("models", "%s", err.msg);
+    if (export) {
+      int rc = bt_modelfile_write(&m, stdout, &err);
+      bt_model_free(&m);
+      return rc < 0 ? bt_cli_fail("models", "%s", err.msg) : 0;
+    }
     printf("%s, input %dx%dx%d, %zu parameters\n", m.name, input.h, input.w, input.c, m.n_params);
     print_layers(&m);
     bt_model_free(&m);

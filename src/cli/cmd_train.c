@@ -13,6 +13,7 @@
 #include "baton/data.h"
 #include "baton/gemm.h"
 #include "baton/model.h"
+#include "baton/modelfile.h"
 #include "baton/train.h"
 #include "cli.h"
 
@@ -105,7 +106,9 @@ static int load_data(session *s, bt_err *err) {
 static int build(session *s, bt_err *err) {
   const bt_config *c = &s->cfg;
   bt_shape input = {s->train.h, s->train.w, s->train.c};
-  if (bt_zoo_build(c->model, input, s->train.classes, &s->model, err) < 0)
+  char data[4096], models[4200];
+  snprintf(models, sizeof models, "%s/models", bt_cli_data_dir(data, sizeof data));
+  if (bt_model_resolve(c->model, models, input, s->train.classes, &s->model, err) < 0)
     return -1;
   const int mb = c->batch_size / c->micro_batches;
   if (bt_stage_init(&s->stage, &s->model, 0, s->model.n_layers, mb, 1, c->seed, err) < 0)

@@ -37,7 +37,8 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(argv[1], "--version") == 0) {
-    printf("baton %s\n", BT_VERSION);
+    char data[4096];
+    printf("baton %s (data: %s)\n", BT_VERSION, bt_cli_data_dir(data, sizeof data));
     return 0;
   }
   for (int i = 0; i < N_COMMANDS; i++)
