@@ -121,6 +121,9 @@ static const char *const data_names[] = {"fashion-mnist", "synthetic", NULL};
 static const char *const optimizer_names[] = {"sgd", NULL};
 static const char *const blis_archs[] = {"auto", "skx", "haswell", "sandybridge", "generic", NULL};
 static const char *const progress_modes[] = {"auto", "always", "never", NULL};
+static const char *const schedules[] = {"gpipe", "1f1b", NULL};
+static const char *const partitions[] = {"even", "explicit", NULL};
+static const char *const clocks[] = {"virtual", "wall", "none", NULL};
 
 /* Every key, in the order help and dumps show them. */
 static const key keys[] = {
@@ -166,6 +169,24 @@ static const key keys[] = {
             "Evaluate on the test set every N epochs; 0 = only at the end."),
     ROW_LIST("devices", devices, n_devices, "",
              "Device names, e.g. [jetson-nano, rpi4]; empty = none."),
+    ROW_ENUM("schedule", schedule, "1f1b", schedules,
+             "Pipeline schedule: gpipe (fill-drain) or 1f1b (PipeDream-Flush)."),
+    ROW_ENUM("partition", partition, "even", partitions,
+             "Stage cuts: even (equal layer counts) or explicit (see cuts)."),
+    ROW_LIST("cuts", cuts, n_cuts, "",
+             "With partition explicit: first layer (1-based) of stages 2..N, increasing."),
+    ROW_ENUM("clock", clock, "virtual", clocks,
+             "virtual (emulated device time), wall (sleep to device time), none (real hardware)."),
+    ROW_DOUBLE("links.bandwidth_mbps", links_bandwidth_mbps, "0", 0, false, 1e7, false,
+               "Bandwidth of every link in Mbit/s; 0 = each sending device's default link."),
+    ROW_DOUBLE("links.latency_ms", links_latency_ms, "-1", -1, false, 1e5, false,
+               "Latency of every link in ms; -1 = each sending device's default."),
+    ROW_DOUBLE("links.jitter_ms", links_jitter_ms, "0", 0, false, 1e5, false,
+               "Standard deviation of the seeded latency jitter, ms."),
+    ROW_BOOL("links.shared_medium", links_shared_medium, "false",
+             "All transfers share one channel (a Wi-Fi cell) instead of one link per pair."),
+    ROW_DOUBLE("memory_scale", memory_scale, "1", 0, true, 1e6, false,
+               "Multiplies every device's memory capacity (small experiments)."),
 };
 
 #define NKEYS (sizeof keys / sizeof keys[0])

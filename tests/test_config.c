@@ -46,6 +46,15 @@ static const char *const all_keys[] = {
     "progress",
     "eval_every",
     "devices",
+    "schedule",
+    "partition",
+    "cuts",
+    "clock",
+    "links.bandwidth_mbps",
+    "links.latency_ms",
+    "links.jitter_ms",
+    "links.shared_medium",
+    "memory_scale",
 };
 
 static char *read_all(const char *path) {

@@ -104,6 +104,30 @@ typedef struct bt_config {
   char devices[BT_CONFIG_DEVICES_MAX][BT_CONFIG_DEVICE_NAME];
   int n_devices;
 
+  /* schedule: pipeline schedule, one of "gpipe", "1f1b". Default "1f1b". */
+  char schedule[BT_CONFIG_ENUM_MAX];
+  /* partition: how layers are cut into stages: "even" (equal layer counts)
+   * or "explicit" (the cuts below). Default "even". */
+  char partition[BT_CONFIG_ENUM_MAX];
+  /* cuts: with partition explicit, the first layer (1-based, as printed by
+   * `baton models --layers`) of stages 2..N, increasing. Default empty. */
+  char cuts[BT_CONFIG_DEVICES_MAX][BT_CONFIG_DEVICE_NAME];
+  int n_cuts;
+  /* clock: "virtual" (emulated device time), "wall" (sleep to device time) or
+   * "none" (real hardware, no emulation). Default "virtual". */
+  char clock[BT_CONFIG_ENUM_MAX];
+  /* links.bandwidth_mbps: every link's bandwidth in Mbit/s; 0 = each
+   * sender's device default. Default 0. */
+  double links_bandwidth_mbps;
+  /* links.latency_ms: every link's latency; -1 = device default. Default -1. */
+  double links_latency_ms;
+  /* links.jitter_ms: standard deviation of seeded latency jitter. Default 0. */
+  double links_jitter_ms;
+  /* links.shared_medium: all transfers share one channel (Wi-Fi). Default false. */
+  bool links_shared_medium;
+  /* memory_scale: multiplies every device's memory capacity. Default 1. */
+  double memory_scale;
+
   /* Not keys: the file the configuration came from ("" if none) and its
    * bytes verbatim (NUL-terminated, malloc'ed, NULL if none), kept so a run
    * file can record exactly what was asked for. Set by bt_config_load_file,
