@@ -13,6 +13,7 @@ static const struct {
     {"train", bt_cmd_train, "train a model described by an experiment file"},
     {"models", bt_cmd_models, "list the model zoo: layers, parameters, FLOPs per sample"},
     {"bench", bt_cmd_bench, "benchmarks: training-step time and GEMM rate"},
+    {"devices", bt_cmd_devices, "device profiles, and the modelled layer times of a model on one"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 
