@@ -605,7 +605,7 @@ static double stream_bw(const bt_device *d, double gbs, double bytes) {
   return gbs * 1e9 * speed;
 }
 
-double bt_device_op_busy(const bt_device *d, const bt_op *op, long iteration) {
+double bt_device_op_busy(const bt_device *d, const bt_device_op *op, long iteration) {
   if ((unsigned)op->cls >= BT_OP_CLASS_COUNT)
     return 0.0;
   double bytes = op->bytes > 0 ? op->bytes : 0.0, flops = op->flops > 0 ? op->flops : 0.0;
@@ -623,11 +623,11 @@ double bt_device_op_busy(const bt_device *d, const bt_op *op, long iteration) {
   return t * bt_device_throttle(d, op->cls, iteration);
 }
 
-double bt_device_op_analytic(const bt_device *d, const bt_op *op, long iteration) {
+double bt_device_op_analytic(const bt_device *d, const bt_device_op *op, long iteration) {
   return d->op_overhead_us * 1e-6 + bt_device_op_busy(d, op, iteration);
 }
 
-double bt_device_op_mapped(const bt_device *d, const bt_device *host, const bt_op *op,
+double bt_device_op_mapped(const bt_device *d, const bt_device *host, const bt_device_op *op,
                            double host_seconds, long iteration) {
   double td = bt_device_op_busy(d, op, iteration), th = bt_device_op_busy(host, op, 0);
   double busy = th > 0 && host_seconds > 0 ? host_seconds * td / th : td;
@@ -637,13 +637,13 @@ double bt_device_op_mapped(const bt_device *d, const bt_device *host, const bt_o
 /* ---- layers --------------------------------------------------------------- */
 
 typedef struct op_list {
-  bt_op *ops;
+  bt_device_op *ops;
   int n, max;
 } op_list;
 
 static void push(op_list *o, bt_op_class c, double flops, double bytes) {
   if (o->n < o->max)
-    o->ops[o->n] = (bt_op){c, flops, bytes};
+    o->ops[o->n] = (bt_device_op){c, flops, bytes};
   o->n++;
 }
 
@@ -710,7 +710,7 @@ static void layer_ops(const bt_layer *l, int batch, bt_pass pass, op_list *o) {
   }
 }
 
-int bt_device_layer_ops(const bt_layer *l, int batch, bt_pass pass, bt_op *ops, int max) {
+int bt_device_layer_ops(const bt_layer *l, int batch, bt_pass pass, bt_device_op *ops, int max) {
   op_list o = {ops, 0, max > 0 ? max : 0};
   layer_ops(l, batch, pass, &o);
   return o.n;
@@ -718,7 +718,7 @@ int bt_device_layer_ops(const bt_layer *l, int batch, bt_pass pass, bt_op *ops, 
 
 bt_layer_time bt_device_layer_analytic(const bt_device *d, const bt_layer *l, int batch,
                                        bt_pass pass, long iteration) {
-  bt_op ops[BT_DEVICE_LAYER_OPS_MAX];
+  bt_device_op ops[BT_DEVICE_LAYER_OPS_MAX];
   int n = bt_device_layer_ops(l, batch, pass, ops, BT_DEVICE_LAYER_OPS_MAX);
   bt_layer_time t = {0};
   t.n_ops = n;

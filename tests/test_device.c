@@ -307,9 +307,9 @@ Test(model, monotone_in_work) {
     bt_device d = find(shipped[i]);
     double prev_c = 0, prev_e = 0, prev_d = 0;
     for (double w = 1e3; w < 1e12; w *= 1.7) {
-      bt_op conv = {BT_OP_CONV, w, w / 20};
-      bt_op dense = {BT_OP_DENSE, w, w / 2};
-      bt_op elem = {BT_OP_ELEMENTWISE, 0, w / 10};
+      bt_device_op conv = {BT_OP_CONV, w, w / 20};
+      bt_device_op dense = {BT_OP_DENSE, w, w / 2};
+      bt_device_op elem = {BT_OP_ELEMENTWISE, 0, w / 10};
       double tc = bt_device_op_analytic(&d, &conv, 0), te = bt_device_op_analytic(&d, &elem, 0),
              td = bt_device_op_analytic(&d, &dense, 0);
       cr_assert_geq(tc, prev_c, "%s conv at %g", d.name, w);
@@ -323,7 +323,7 @@ Test(model, monotone_in_work) {
 Test(model, fixed_costs_dominate_tiny_ops) {
   for (int i = 0; i < N_SHIPPED; i++) {
     bt_device d = find(shipped[i]);
-    bt_op tiny = {BT_OP_CONV, 1e3, 1e3}, tiny2 = {BT_OP_CONV, 2e3, 2e3};
+    bt_device_op tiny = {BT_OP_CONV, 1e3, 1e3}, tiny2 = {BT_OP_CONV, 2e3, 2e3};
     double t1 = bt_device_op_analytic(&d, &tiny, 0), t2 = bt_device_op_analytic(&d, &tiny2, 0);
     cr_assert_geq(t1, d.op_overhead_us * 1e-6);
     cr_assert_lt(rel(t1, t2), 0.05, "%s: doubling a tiny op barely changes its time", d.name);
@@ -332,14 +332,14 @@ Test(model, fixed_costs_dominate_tiny_ops) {
     /* Fixed costs: the overhead plus, for a compute op, the fill-up time. */
     double fixed = d.op_overhead_us * 1e-6 + d.half_util_flops / (d.rate[BT_OP_CONV] * 1e9);
     cr_assert_gt(fixed / t1, 0.95, "%s: fixed costs are most of it", d.name);
-    bt_op relu = {BT_OP_ELEMENTWISE, 16, 64};
+    bt_device_op relu = {BT_OP_ELEMENTWISE, 16, 64};
     cr_assert_gt(d.op_overhead_us * 1e-6 / bt_device_op_analytic(&d, &relu, 0), 0.9, "%s", d.name);
   }
 }
 
 Test(model, large_compute_ops_follow_the_rate) {
   bt_device d = find("jetson-nano");
-  bt_op big = {BT_OP_CONV, 1e12, 1e8};
+  bt_device_op big = {BT_OP_CONV, 1e12, 1e8};
   double t = bt_device_op_analytic(&d, &big, 0);
   cr_assert_lt(rel(t, 1e12 / (d.rate[BT_OP_CONV] * 1e9)), 0.001);
   cr_assert_lt(rel(bt_device_util(&d, 1e12), 1.0), 1e-5);
@@ -355,7 +355,7 @@ Test(model, memory_bound_ops_ignore_flop_rates) {
     fast.half_util_flops = 0;
     for (double bytes = 1e3; bytes < 1e10; bytes *= 7) {
       for (int c = BT_OP_ELEMENTWISE; c <= BT_OP_POOL_NORM; c++) {
-        bt_op op = {(bt_op_class)c, bytes / 4, bytes}, op2 = {(bt_op_class)c, bytes * 100, bytes};
+        bt_device_op op = {(bt_op_class)c, bytes / 4, bytes}, op2 = {(bt_op_class)c, bytes * 100, bytes};
         double t = bt_device_op_analytic(&d, &op, 0);
         cr_assert_eq(t, bt_device_op_analytic(&fast, &op, 0), "%s", d.name);
         cr_assert_eq(t, bt_device_op_analytic(&d, &op2, 0), "FLOPs do not matter");
@@ -364,14 +364,14 @@ Test(model, memory_bound_ops_ignore_flop_rates) {
     /* ... and follow bandwidth: twice the GB/s, half the busy time. */
     bt_device bw = d;
     bw.rate[BT_OP_ELEMENTWISE] *= 2;
-    bt_op big = {BT_OP_ELEMENTWISE, 0, 1e10};
+    bt_device_op big = {BT_OP_ELEMENTWISE, 0, 1e10};
     cr_assert_lt(rel(bt_device_op_busy(&d, &big, 0), 2 * bt_device_op_busy(&bw, &big, 0)), 1e-12);
   }
 }
 
 Test(model, cache_term) {
   bt_device d = load_good(); /* 256 KiB cache, x2 */
-  bt_op in = {BT_OP_ELEMENTWISE, 0, 200 * 1024.0}, out = {BT_OP_ELEMENTWISE, 0, 300 * 1024.0};
+  bt_device_op in = {BT_OP_ELEMENTWISE, 0, 200 * 1024.0}, out = {BT_OP_ELEMENTWISE, 0, 300 * 1024.0};
   double per_byte_in = bt_device_op_busy(&d, &in, 0) / in.bytes;
   double per_byte_out = bt_device_op_busy(&d, &out, 0) / out.bytes;
   cr_assert_lt(rel(per_byte_out, 2 * per_byte_in), 1e-12, "inside the cache: twice as fast");
@@ -386,7 +386,7 @@ Test(model, throttle_applies_from_its_iteration) {
   bt_err err;
   cr_assert_eq(bt_device_load_string(s, "t", &d, &err), 0, "%s", err.msg);
   free(s);
-  bt_op conv = {BT_OP_CONV, 1e10, 1e6}, dense = {BT_OP_DENSE, 1e10, 1e6};
+  bt_device_op conv = {BT_OP_CONV, 1e10, 1e6}, dense = {BT_OP_DENSE, 1e10, 1e6};
   double c0 = bt_device_op_busy(&d, &conv, 0), c49 = bt_device_op_busy(&d, &conv, 49);
   double c50 = bt_device_op_busy(&d, &conv, 50), c89 = bt_device_op_busy(&d, &conv, 89);
   double c90 = bt_device_op_busy(&d, &conv, 90);
@@ -477,13 +477,13 @@ Test(model, mapped_scales_measured_time_by_the_rate_ratio) {
   bt_err err;
   cr_assert_eq(bt_host_as_device(&h, &host, &err), 0, "%s", err.msg);
   /* Large compute-bound op: host_time * host_rate / device_rate / util. */
-  bt_op big = {BT_OP_CONV, 1e11, 1e7};
+  bt_device_op big = {BT_OP_CONV, 1e11, 1e7};
   double hs = 0.5; /* measured: the host ran slower than its calibration says */
   double want = nano.op_overhead_us * 1e-6 +
                 hs * 230 / nano.rate[BT_OP_CONV] / bt_device_util(&nano, big.flops);
   cr_assert_lt(rel(bt_device_op_mapped(&nano, &host, &big, hs, 0), want), 1e-9);
   /* Memory-bound op: the bandwidth ratio, whatever the FLOP rates. */
-  bt_op relu = {BT_OP_ELEMENTWISE, 1e8, 8e8};
+  bt_device_op relu = {BT_OP_ELEMENTWISE, 1e8, 8e8};
   want = nano.op_overhead_us * 1e-6 + hs * 10 / nano.rate[BT_OP_ELEMENTWISE];
   cr_assert_lt(rel(bt_device_op_mapped(&nano, &host, &relu, hs, 0), want), 1e-9);
   /* Linear in the measured time. */
@@ -491,7 +491,7 @@ Test(model, mapped_scales_measured_time_by_the_rate_ratio) {
   double t2 = bt_device_op_mapped(&nano, &host, &big, 2.0, 0) - nano.op_overhead_us * 1e-6;
   cr_assert_lt(rel(t2, 2 * t1), 1e-12);
   /* Consistency with the analytic mode when the host meets its model. */
-  bt_op ops[] = {{BT_OP_DENSE, 3e5, 4e5}, {BT_OP_DWCONV, 1e7, 4e6}, {BT_OP_POOL_NORM, 0, 1e5}};
+  bt_device_op ops[] = {{BT_OP_DENSE, 3e5, 4e5}, {BT_OP_DWCONV, 1e7, 4e6}, {BT_OP_POOL_NORM, 0, 1e5}};
   for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
     cr_assert_lt(
         rel(bt_device_op_mapped(&nano, &host, &ops[i], bt_device_op_busy(&host, &ops[i], 0), 3),
@@ -504,7 +504,7 @@ Test(model, mapped_scales_measured_time_by_the_rate_ratio) {
 
 Test(model, layer_ops_by_kind) {
   bt_model m = zoo("resnet18", (bt_shape){32, 32, 3}, 10);
-  bt_op ops[BT_DEVICE_LAYER_OPS_MAX];
+  bt_device_op ops[BT_DEVICE_LAYER_OPS_MAX];
   for (int i = 0; i < m.n_layers; i++) {
     const bt_layer *l = &m.layers[i];
     int n = bt_device_layer_ops(l, 4, BT_PASS_FWD, ops, BT_DEVICE_LAYER_OPS_MAX);

@@ -111,11 +111,11 @@ void bt_device_names_free(bt_device_names *n);
 
 /* One op: its class, FLOPs and the bytes it reads and writes (also its
  * working set for the cache decision). */
-typedef struct bt_op {
+typedef struct bt_device_op {
   bt_op_class cls;
   double flops;
   double bytes;
-} bt_op;
+} bt_device_op;
 
 /* The host, as calibrated by the caller at start-up. Zero fields fall back
  * as noted, so a caller may fill only sgemm_gflops and mem_gbs. */
@@ -142,14 +142,14 @@ double bt_device_util(const bt_device *d, double flops);
 double bt_device_throttle(const bt_device *d, bt_op_class c, long iteration);
 
 /* T_d(op): seconds without the overhead, throttled at `iteration`. */
-double bt_device_op_busy(const bt_device *d, const bt_op *op, long iteration);
+double bt_device_op_busy(const bt_device *d, const bt_device_op *op, long iteration);
 
 /* Analytic: op_overhead + T_d(op). */
-double bt_device_op_analytic(const bt_device *d, const bt_op *op, long iteration);
+double bt_device_op_analytic(const bt_device *d, const bt_device_op *op, long iteration);
 
 /* Host-mapped: op_overhead + host_seconds * T_d(op) / T_host(op). `host`
  * comes from bt_host_as_device. */
-double bt_device_op_mapped(const bt_device *d, const bt_device *host, const bt_op *op,
+double bt_device_op_mapped(const bt_device *d, const bt_device *host, const bt_device_op *op,
                            double host_seconds, long iteration);
 
 /* ---- layers ----------------------------------------------------------- */
@@ -161,7 +161,7 @@ enum { BT_DEVICE_LAYER_OPS_MAX = 64 };
 /* The ops one pass of layer `l` runs on `batch` samples (a residual block:
  * its sub-layers' ops, then the add and the optional ReLU). Writes at most
  * `max` ops; returns how many there are (which may exceed max). */
-int bt_device_layer_ops(const bt_layer *l, int batch, bt_pass pass, bt_op *ops, int max);
+int bt_device_layer_ops(const bt_layer *l, int batch, bt_pass pass, bt_device_op *ops, int max);
 
 /* Per-layer times, split by class (busy time, overhead excluded) so that
  * reports can show where a device spends its time. */
