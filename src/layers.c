@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "baton/gemm.h"
+#include "baton/kernels.h"
 #include "baton/rng.h"
 
 enum { MAX_SUB = 16 };
@@ -171,6 +172,8 @@ int bt_layer_finalize(bt_layer *l, const char *where, bt_err *err) {
   return 0;
 }
 
+/* Samples per im2col chunk. Chunks are balanced (32 = 2 x 16, not 28 + 4):
+ * a small last chunk is a GEMM that BLIS runs at half speed. */
 static size_t conv_chunk(const bt_layer *l, int batch) {
   const size_t pix = (size_t)l->out.h * l->out.w;
   const size_t per_sample = pix * l->kh * l->kw * l->in.c;
@@ -179,11 +182,42 @@ static size_t conv_chunk(const bt_layer *l, int batch) {
     n = IM2COL_CAP / per_sample;
   if (n < 1)
     n = 1;
-  return n < (size_t)batch ? n : (size_t)batch;
+  if (n >= (size_t)batch)
+    return (size_t)batch;
+  const size_t chunks = ((size_t)batch + n - 1) / n;
+  return ((size_t)batch + chunks - 1) / chunks;
 }
 
 static int conv_is_pointwise(const bt_layer *l) {
   return l->kh == 1 && l->kw == 1 && l->stride == 1 && l->pad == 0;
+}
+
+/* The direct kernel's view of a stride-1 convolution (forward), and of its
+ * input gradient: the convolution of dout with the flipped, transposed
+ * weights and the complementary padding kh-1-pad. */
+static bt_conv_geom conv_geom(const bt_layer *l, int batch) {
+  return (bt_conv_geom){batch, l->in.h, l->in.w, l->in.c, l->out.c, l->kh,
+                        l->kw,  l->pad,  l->out.h, l->out.w};
+}
+
+static bt_conv_geom conv_geom_back(const bt_layer *l, int batch) {
+  return (bt_conv_geom){batch, l->out.h, l->out.w, l->out.c, l->in.c, l->kh,
+                        l->kw, l->kh - 1 - l->pad, l->in.h, l->in.w};
+}
+
+/* Direct convolution when the CPU has AVX-512 and the layer is stride 1 with
+ * at least 16 input channels (on 3-channel images each tap has too little
+ * work; im2col + GEMM handles those). */
+static int conv_direct_fwd(const bt_layer *l, int batch) {
+  const bt_conv_geom g = conv_geom(l, batch);
+  return l->kind == BT_CONV2D && l->stride == 1 && !conv_is_pointwise(l) && l->in.c >= 16 &&
+         bt_conv_direct_ok(&g);
+}
+
+static int conv_direct_bwd(const bt_layer *l, int batch) {
+  const bt_conv_geom g = conv_geom_back(l, batch);
+  return l->kind == BT_CONV2D && l->stride == 1 && !conv_is_pointwise(l) && l->out.c >= 16 &&
+         bt_conv_direct_ok(&g);
 }
 
 static size_t residual_max_elems(const bt_layer *l) {
@@ -215,8 +249,23 @@ size_t bt_layer_aux_floats(const bt_layer *l, int batch) {
 }
 
 size_t bt_layer_ws_floats(const bt_layer *l, int batch) {
-  if (l->kind == BT_CONV2D && !conv_is_pointwise(l))
-    return conv_chunk(l, batch) * l->out.h * l->out.w * l->kh * l->kw * l->in.c;
+  if (l->kind == BT_CONV2D && !conv_is_pointwise(l)) {
+    /* im2col chunk (forward without the direct kernel; weight gradient),
+     * or the flipped weights plus the direct kernel's scratch (input
+     * gradient); the two are used one after the other. */
+    size_t n = conv_chunk(l, batch) * l->out.h * l->out.w * l->kh * l->kw * l->in.c;
+    if (conv_direct_fwd(l, batch)) {
+      const bt_conv_geom g = conv_geom(l, batch);
+      size_t d = bt_conv_direct_ws(&g);
+      n = n > d ? n : d;
+    }
+    if (conv_direct_bwd(l, batch)) {
+      const bt_conv_geom g = conv_geom_back(l, batch);
+      size_t d = (size_t)l->kh * l->kw * l->in.c * l->out.c + bt_conv_direct_ws(&g);
+      n = n > d ? n : d;
+    }
+    return n;
+  }
   if (l->kind == BT_RESIDUAL) {
     size_t inner = 0;
     for (int j = 0; j < l->n_body + l->n_short; j++) {
@@ -409,6 +458,11 @@ static void conv_forward(const bt_layer *l, const float *P, const float *in, flo
   const int C = l->in.c, K = l->out.c, KKC = l->kh * l->kw * C;
   const int pix = l->out.h * l->out.w;
   const float *w = P, *bias = P + (size_t)KKC * K;
+  if (conv_direct_fwd(l, batch)) {
+    const bt_conv_geom g = conv_geom(l, batch);
+    bt_conv_direct(&g, in, w, bias, out, x->ws);
+    return;
+  }
   fill_bias_rows(out, bias, (size_t)batch * pix, K);
   if (conv_is_pointwise(l)) {
     bt_sgemm(false, false, batch * pix, K, C, 1.0f, in, C, w, K, 1.0f, out, K);
@@ -438,15 +492,22 @@ static void conv_backward(const bt_layer *l, const float *P, const float *in, co
   }
   const int chunk = (int)conv_chunk(l, batch);
   const size_t in_s = bt_shape_elems(l->in), out_s = bt_shape_elems(l->out);
+  const int direct = din && conv_direct_bwd(l, batch);
   for (int b0 = 0; b0 < batch; b0 += chunk) {
     int nb = batch - b0 < chunk ? batch - b0 : chunk;
     const float *g = dout + b0 * out_s;
     im2col(l, in + b0 * in_s, nb, x->ws);
     bt_sgemm(true, false, KKC, K, nb * pix, 1.0f, x->ws, KKC, g, K, 1.0f, dw, K);
-    if (din) { /* the lowered input is spent: reuse its scratch for dcol */
+    if (din && !direct) { /* the lowered input is spent: reuse its scratch for dcol */
       bt_sgemm(false, true, nb * pix, KKC, K, 1.0f, g, K, w, K, 0.0f, x->ws, KKC);
       col2im(l, x->ws, nb, din + b0 * in_s);
     }
+  }
+  if (direct) { /* din = conv(dout, flipped W): no dcol, no scatter-add */
+    const bt_conv_geom g = conv_geom_back(l, batch);
+    float *wf = x->ws;
+    bt_conv_flip_weights(l->kh, l->kw, C, K, w, wf);
+    bt_conv_direct(&g, dout, wf, NULL, din, wf + (size_t)KKC * K);
   }
 }
 

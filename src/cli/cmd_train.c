@@ -16,6 +16,8 @@
 #include "baton/modelfile.h"
 #include "baton/train.h"
 #include "cli.h"
+#include "train_common.h"
+#include <mpi.h>
 
 static void train_usage(FILE *f) {
   fprintf(f, "usage: baton train [EXPERIMENT.yaml] [--set key=value]...\n\n"
@@ -77,30 +79,7 @@ static int load_config(session *s, int argc, char **argv, int *print_only, bt_er
 }
 
 static int load_data(session *s, bt_err *err) {
-  const bt_config *c = &s->cfg;
-  if (strcmp(c->data_name, "synthetic") == 0) {
-    if (bt_data_synthetic(c->data_train_samples, c->data_h, c->data_w, c->data_c, c->data_classes,
-                          c->seed, &s->train, err) < 0 ||
-        bt_data_synthetic(c->data_test_samples, c->data_h, c->data_w, c->data_c, c->data_classes,
-                          c->seed + 0x7e57, &s->test, err) < 0)
-      return -1;
-  } else {
-    if (bt_data_load_fashion_mnist(c->data_path, 1, &s->train, err) < 0 ||
-        bt_data_load_fashion_mnist(c->data_path, 0, &s->test, err) < 0)
-      return -1;
-  }
-  if (c->data_normalize) {
-    float mean, std;
-    bt_data_stats(&s->train, &mean, &std);
-    bt_data_normalize(&s->train, mean, std);
-    bt_data_normalize(&s->test, mean, std);
-  }
-  if (s->train.n < c->batch_size)
-    return bt_err_set(err,
-                      "the training set has %ld samples, fewer than batch_size %d; lower "
-                      "batch_size",
-                      s->train.n, c->batch_size);
-  return 0;
+  return bt_cli_load_data(&s->cfg, &s->train, &s->test, err);
 }
 
 static int build(session *s, bt_err *err) {
@@ -190,6 +169,39 @@ static int run(session *s) {
   return 0;
 }
 
+/* mpirun (Open MPI), srun/MPICH (PMI) or PMIx-based launchers set these. */
+static int launched_by_mpirun(void) {
+  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
+/* Pipeline mode: checks the launch against the experiment, then trains. */
+static int train_with_mpi(bt_config *cfg) {
+  const int n = cfg->n_devices;
+  if (!launched_by_mpirun() && n > 1)
+    return bt_cli_fail("train",
+                       "the experiment names %d devices, one per MPI rank; start it with: "
+                       "mpirun -np %d baton train ...",
+                       n, n);
+  MPI_Init(NULL, NULL);
+  int rank, size, rc = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (n == 0 && rank == 0)
+    bt_cli_fail("train",
+                "started with %d MPI ranks but the experiment names no devices; list one "
+                "device per rank, e.g. --set devices=rpi4,jetson-nano",
+                size);
+  else if (n != 0 && n != size && rank == 0)
+    bt_cli_fail("train",
+                "the experiment names %d devices but mpirun started %d ranks; use mpirun "
+                "-np %d",
+                n, size, n);
+  if (n == size)
+    rc = bt_cli_train_pipeline(cfg);
+  MPI_Finalize();
+  return rc;
+}
+
 int bt_cmd_train(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -217,6 +229,10 @@ int bt_cmd_train(int argc, char **argv) {
   }
   if (bt_gemm_configure(s.cfg.blis_arch, s.cfg.threads) < 0) {
     bt_cli_fail("train", "blis_arch '%s' is not known", s.cfg.blis_arch);
+    goto out;
+  }
+  if (launched_by_mpirun() || s.cfg.n_devices >= 1) {
+    rc = train_with_mpi(&s.cfg);
     goto out;
   }
   if (load_data(&s, &err) < 0 || build(&s, &err) < 0) {

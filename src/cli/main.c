@@ -14,6 +14,8 @@ static const struct {
     {"models", bt_cmd_models, "list the model zoo: layers, parameters, FLOPs per sample"},
     {"bench", bt_cmd_bench, "benchmarks: training-step time and GEMM rate"},
     {"devices", bt_cmd_devices, "device profiles, and the modelled layer times of a model on one"},
+    {"trace", bt_cmd_trace, "turn a run log into a Chrome/Perfetto trace (JSON)"},
+    {"report", bt_cmd_report, "summarise a run log: compute, communication, bubbles, throughput"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 

@@ -1,0 +1,39 @@
+/* kernels: hand-written compute kernels behind the layers (internal).
+ *
+ * A direct stride-1 convolution with AVX-512 register blocking. im2col + GEMM
+ * moves every input value through two extra copies (the lowered matrix and
+ * BLIS's packed panels) and multiplies the zero taps of the padding; for the
+ * narrow (64-channel) and tiny-image (4x4, 2x2) convolutions of ResNet and
+ * VGG on 32x32 inputs those costs rival the arithmetic. The direct kernel
+ * reads the input in place, skips padding taps and keeps 6 output pixels x
+ * 64 channels in registers. It is compiled for AVX-512F only and chosen at
+ * run time (the binary stays portable); callers fall back to im2col + GEMM
+ * when bt_conv_direct_ok() says no. */
+#ifndef BATON_KERNELS_H
+#define BATON_KERNELS_H
+
+#include <stddef.h>
+
+/* One stride-1 convolution: n samples of h x w x c (NHWC) -> oh x ow x k with
+ * a kh x kw kernel W[kh][kw][c][k] and `pad` zeros on every side. */
+typedef struct bt_conv_geom {
+  int n, h, w, c, k, kh, kw, pad, oh, ow;
+} bt_conv_geom;
+
+/* 1 when the direct kernel runs on this CPU and supports the geometry. */
+int bt_conv_direct_ok(const bt_conv_geom *g);
+
+/* Scratch floats bt_conv_direct needs for `g`. */
+size_t bt_conv_direct_ws(const bt_conv_geom *g);
+
+/* out = bias + conv(in, W) (bias may be NULL: out = conv(in, W)). Overwrites
+ * out; needs bt_conv_direct_ok(g). */
+void bt_conv_direct(const bt_conv_geom *g, const float *in, const float *w, const float *bias,
+                    float *out, float *ws);
+
+/* The weights of the input-gradient convolution of a stride-1 convolution:
+ * wf[ky][kx][k][c] = w[kh-1-ky][kw-1-kx][c][k]. dL/din is then the
+ * convolution of dL/dout with wf, padding kh-1-pad (see layers.c). */
+void bt_conv_flip_weights(int kh, int kw, int c, int k, const float *w, float *wf);
+
+#endif

@@ -1,0 +1,96 @@
+/* pipeline: the MPI runtime. Rank r runs stage r of a model cut into
+ * consecutive layer ranges, following a schedule's op list; activations go
+ * forward and gradients backward by non-blocking point-to-point messages
+ * posted as early as their buffers allow.
+ *
+ * Each rank keeps a clock. Under the virtual clock, a compute op advances it
+ * by the device time of the op (the host time mapped through the device
+ * model, from a per-layer calibration so that the host's load does not leak
+ * in); a message carries its arrival time from the sender's link model and
+ * the receiver's clock becomes max(own, arrival). Under the wall clock the
+ * rank sleeps so that wall time equals device time; under `none` nothing is
+ * emulated and the clock is the host's. */
+#ifndef BATON_PIPELINE_H
+#define BATON_PIPELINE_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "baton/err.h"
+#include "baton/model.h"
+#include "baton/netem.h"
+#include "baton/optim.h"
+#include "baton/runlog.h"
+#include "baton/schedule.h"
+
+typedef enum bt_clock_mode { BT_CLOCK_VIRTUAL, BT_CLOCK_WALL, BT_CLOCK_NONE } bt_clock_mode;
+
+/* Maps a host measurement of one layer's forward (pass 0) or backward (pass
+ * 1) to this rank's device time. NULL means device time = host time. */
+typedef double (*bt_device_time_fn)(void *ctx, const bt_layer *layer, int layer_index, int pass,
+                                    int batch, double host_seconds, long iteration);
+
+typedef struct bt_pipeline_config {
+  const bt_model *model;
+  const int *cuts; /* [n_stages + 1]: stage s runs layers [cuts[s], cuts[s+1]) */
+  bt_schedule_kind schedule;
+  int batch_size, micro_batches;
+  bt_sgd opt;
+  uint64_t seed;
+  bt_clock_mode clock;
+  bt_link_params link; /* this rank's outgoing links */
+  bt_device_time_fn device_time;
+  void *device_ctx;
+  int calibration_repeats; /* per-layer calibration passes (min taken); 0 = none */
+} bt_pipeline_config;
+
+typedef struct bt_pipeline bt_pipeline;
+
+typedef struct bt_pipeline_stats {
+  double loss;                         /* mean over the batch (rank 0) */
+  long correct;                        /* (rank 0) */
+  double iter_time;                    /* this rank's clock advance over the iteration */
+  double wall_time;                    /* host seconds */
+  double compute_time, comm_wait_time; /* this rank: device compute, waiting on receives */
+  int64_t bytes_sent;                  /* by this rank */
+  double host_overhead; /* host seconds in neither compute nor MPI waits (bookkeeping, copies) */
+} bt_pipeline_stats;
+
+/* Collective over `comm` (size = number of stages). */
+int bt_pipeline_create(bt_pipeline **p, MPI_Comm comm, const bt_pipeline_config *cfg, bt_err *err);
+
+/* One synchronous iteration (all micro-batches, then the optimizer step).
+ * x: the whole batch (NHWC) on the first stage, NULL elsewhere; y: its labels
+ * on the last stage, NULL elsewhere. */
+int bt_pipeline_step(bt_pipeline *p, const float *x, const int32_t *y, long step,
+                     bt_pipeline_stats *out, bt_err *err);
+
+/* The events this rank recorded during the last step. */
+const bt_event *bt_pipeline_events(const bt_pipeline *p, size_t *n);
+
+/* Per-layer host-measured and device times of this rank's layers in the last
+ * step (arrays of the stage's layer count). */
+void bt_pipeline_layer_times(const bt_pipeline *p, const double **fwd, const double **bwd,
+                             int *first, int *count);
+
+/* The stage this rank runs (parameters, gradients, state). */
+bt_stage *bt_pipeline_stage(bt_pipeline *p);
+
+/* Collects every stage's parameters and state (batch-norm running stats)
+ * into the model-wide vectors on rank 0 (collective; state may be NULL to
+ * drop it; both are ignored on other ranks). */
+int bt_pipeline_gather_params(bt_pipeline *p, float *params, float *state, bt_err *err);
+
+/* Evaluation on rank 0's test data through the pipeline (forward only,
+ * collective): x on the first stage, y on the last; returns on rank 0. */
+int bt_pipeline_evaluate(bt_pipeline *p, const float *x, const int32_t *y, long n, double *loss,
+                         long *correct, bt_err *err);
+
+void bt_pipeline_free(bt_pipeline **p);
+
+/* Cuts for `n_stages` stages with equal layer counts (the earlier stages get
+ * the extra layers). cuts has n_stages + 1 entries. */
+int bt_partition_even(int n_layers, int n_stages, int *cuts, bt_err *err);
+
+#endif

@@ -1,0 +1,18 @@
+/* cli/train_common: what the single-process and the pipeline training paths
+ * of `baton train` share. */
+#ifndef BATON_CLI_TRAIN_COMMON_H
+#define BATON_CLI_TRAIN_COMMON_H
+
+#include "baton/config.h"
+#include "baton/data.h"
+#include "baton/err.h"
+
+/* Loads the configured training and test sets, normalised with the training
+ * set's statistics when data.normalize is set. */
+int bt_cli_load_data(const bt_config *c, bt_dataset *train, bt_dataset *test, bt_err *err);
+
+/* Pipeline training: MPI is initialised and the world size equals the
+ * number of devices. Returns the exit status. */
+int bt_cli_train_pipeline(bt_config *cfg);
+
+#endif

@@ -1,0 +1,437 @@
+/* baton train, pipeline mode: one stage per MPI rank, each rank emulating
+ * the device the experiment names for it.
+ *
+ * Every rank parses the same experiment file; the first and the last stage
+ * load the data (inputs go in at the first, labels are needed at the last);
+ * rank 0 prints progress and writes the run file. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "baton/config.h"
+#include "baton/data.h"
+#include "baton/device.h"
+#include "baton/gemm.h"
+#include "baton/modelfile.h"
+#include "baton/pipeline.h"
+#include "baton/runlog.h"
+#include "baton_build.h"
+#include "cli.h"
+#include "train_common.h"
+
+typedef struct device_ctx {
+  bt_device dev, host;
+  size_t stage_params;
+} device_ctx;
+
+/* The device-time hook of the pipeline: host seconds -> this device's. */
+static double device_time(void *ctx, const bt_layer *l, int index, int pass, int batch,
+                          double host_seconds, long iteration) {
+  const device_ctx *d = ctx;
+  (void)index;
+  if (!l) { /* the optimizer step: a memory-bound sweep over p, g, momentum */
+    bt_device_op op = {BT_OP_ELEMENTWISE, 3.0 * d->stage_params, 20.0 * d->stage_params};
+    return bt_device_op_mapped(&d->dev, &d->host, &op, host_seconds, iteration);
+  }
+  return bt_device_layer_mapped(&d->dev, &d->host, l, batch, pass ? BT_PASS_BWD : BT_PASS_FWD,
+                                host_seconds, iteration)
+      .total;
+}
+
+static double seconds_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Host rates for the device mapping: measured once per node by its first
+ * rank while the others wait (ranks sharing cores would disturb each
+ * other), best of several repeats, then shared within the node. */
+static void measure_host(MPI_Comm world, bt_host_rates *h) {
+  MPI_Comm node;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int node_rank;
+  MPI_Comm_rank(node, &node_rank);
+  double rates[2] = {0, 0};
+  if (node_rank == 0) {
+    const int n = 384;
+    float *a = calloc((size_t)n * n, sizeof(float)), *b = calloc((size_t)n * n, sizeof(float));
+    float *c = calloc((size_t)n * n, sizeof(float));
+    double best = INFINITY;
+    for (int r = 0; r < 6 && a && b && c; r++) {
+      double t0 = seconds_now();
+      bt_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+      best = fmin(best, seconds_now() - t0);
+    }
+    rates[0] = 2.0 * n * n * (double)n / best / 1e9;
+    const size_t bytes = (size_t)32 << 20;
+    char *src = malloc(bytes), *dst = malloc(bytes);
+    best = INFINITY;
+    for (int r = 0; r < 4 && src && dst; r++) {
+      memset(src, r, bytes);
+      double t0 = seconds_now();
+      memcpy(dst, src, bytes);
+      best = fmin(best, seconds_now() - t0);
+    }
+    rates[1] = 2.0 * (double)bytes / best / 1e9; /* read + write */
+    free(a), free(b), free(c), free(src), free(dst);
+  }
+  MPI_Bcast(rates, 2, MPI_DOUBLE, 0, node);
+  MPI_Comm_free(&node);
+  memset(h, 0, sizeof *h);
+  h->sgemm_gflops = rates[0];
+  h->mem_gbs = rates[1];
+}
+
+static int parse_cuts(const bt_config *c, const bt_model *m, int stages, int *cuts, bt_err *err) {
+  if (strcmp(c->partition, "even") == 0)
+    return bt_partition_even(m->n_layers, stages, cuts, err);
+  if (c->n_cuts != stages - 1)
+    return bt_err_set(err,
+                      "partition explicit needs %d cuts (first layer of stages 2..%d), got "
+                      "%d; set cuts: [...]",
+                      stages - 1, stages, c->n_cuts);
+  cuts[0] = 0;
+  cuts[stages] = m->n_layers;
+  for (int s = 1; s < stages; s++) {
+    char *end;
+    long v = strtol(c->cuts[s - 1], &end, 10);
+    if (*end || v < 2 || v > m->n_layers)
+      return bt_err_set(err,
+                        "cut %d ('%s') must be a layer number in 2..%d (see baton models "
+                        "--layers)",
+                        s, c->cuts[s - 1], m->n_layers);
+    cuts[s] = (int)v - 1;
+    if (cuts[s] <= cuts[s - 1])
+      return bt_err_set(err,
+                        "cut %d (%ld) must be greater than the one before it; cuts are "
+                        "increasing first layers of stages 2..%d",
+                        s, v, stages);
+  }
+  return 0;
+}
+
+/* Every rank decides the same way; a rank that fails says why, the others
+ * stay quiet, and all return -1 together. */
+static int agree(MPI_Comm comm, int ok) {
+  int all = 0;
+  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, comm);
+  return all ? 0 : -1;
+}
+
+typedef struct run {
+  bt_config *cfg;
+  MPI_Comm comm;
+  int rank, size;
+  bt_model model;
+  bt_dataset train, test;
+  device_ctx dev;
+  int cuts[BT_CONFIG_DEVICES_MAX + 1];
+  bt_pipeline *pipe;
+  bt_runlog *log;
+  float *xb;
+  int32_t *yb;
+  long *order;
+  long n_train, n_test;
+} run;
+
+static int setup_data_and_model(run *r, bt_err *err) {
+  const bt_config *c = r->cfg;
+  const int needs_data = r->rank == 0 || r->rank == r->size - 1;
+  int ok = !needs_data || bt_cli_load_data(c, &r->train, &r->test, err) == 0;
+  if (agree(r->comm, ok) < 0)
+    return -1;
+  int shape[5] = {r->train.h, r->train.w, r->train.c, r->train.classes, 0};
+  long counts[2] = {r->train.n, r->test.n};
+  MPI_Bcast(shape, 5, MPI_INT, 0, r->comm);
+  MPI_Bcast(counts, 2, MPI_LONG, 0, r->comm);
+  r->n_train = counts[0];
+  r->n_test = counts[1];
+  char data[4096], models[4200];
+  snprintf(models, sizeof models, "%s/models", bt_cli_data_dir(data, sizeof data));
+  ok = bt_model_resolve(c->model, models, (bt_shape){shape[0], shape[1], shape[2]}, shape[3],
+                        &r->model, err) == 0;
+  if (agree(r->comm, ok) < 0)
+    return -1;
+  if (r->model.n_layers < r->size)
+    ok = bt_err_set(err, "model '%s' has %d layers, fewer than the %d devices", r->model.name,
+                    r->model.n_layers, r->size) == 0;
+  ok = ok && parse_cuts(c, &r->model, r->size, r->cuts, err) == 0;
+  return agree(r->comm, ok);
+}
+
+static int setup_device(run *r, bt_err *err) {
+  const bt_config *c = r->cfg;
+  char data[4096];
+  bt_cli_data_dir(data, sizeof data);
+  bt_host_rates h;
+  measure_host(r->comm, &h);
+  int ok = bt_device_find(c->devices[r->rank], data, &r->dev.dev, err) == 0 &&
+           bt_host_as_device(&h, &r->dev.host, err) == 0;
+  if (ok) {
+    bt_schedule sched;
+    bt_schedule_kind kind;
+    ok = bt_schedule_parse_kind(c->schedule, &kind, err) == 0 &&
+         bt_schedule_build(&sched, kind, r->size, c->micro_batches, err) == 0;
+    bt_mem_need need;
+    const int mb = c->batch_size / c->micro_batches;
+    ok = ok && bt_mem_need_stage(&r->model, r->cuts[r->rank], r->cuts[r->rank + 1], mb,
+                                 sched.slots[r->rank], &need, err) == 0;
+    ok = ok && bt_device_check_memory(&r->dev.dev, &need, c->memory_scale, err) == 0;
+    if (!ok)
+      bt_err_prefix(err, "rank %d", r->rank);
+    bt_schedule_free(&sched);
+  }
+  return agree(r->comm, ok);
+}
+
+static int setup_pipeline(run *r, bt_err *err) {
+  const bt_config *c = r->cfg;
+  bt_pipeline_config pc = {
+      .model = &r->model,
+      .cuts = r->cuts,
+      .batch_size = c->batch_size,
+      .micro_batches = c->micro_batches,
+      .opt = {c->optimizer_lr, c->optimizer_momentum, c->optimizer_weight_decay,
+              c->optimizer_nesterov},
+      .seed = c->seed,
+      .clock = strcmp(c->clock, "virtual") == 0 ? BT_CLOCK_VIRTUAL
+               : strcmp(c->clock, "wall") == 0  ? BT_CLOCK_WALL
+                                                : BT_CLOCK_NONE,
+      .calibration_repeats = strcmp(c->clock, "none") == 0 ? 0 : 5,
+  };
+  if (bt_schedule_parse_kind(c->schedule, &pc.schedule, err) < 0)
+    return -1;
+  const bt_device *d = &r->dev.dev;
+  pc.link.bandwidth_bps =
+      (c->links_bandwidth_mbps > 0 ? c->links_bandwidth_mbps : d->link_bandwidth_mbps) * 1e6;
+  pc.link.latency_s = (c->links_latency_ms >= 0 ? c->links_latency_ms : d->link_latency_ms) * 1e-3;
+  pc.link.jitter_s = c->links_jitter_ms * 1e-3;
+  if (pc.clock != BT_CLOCK_NONE) {
+    pc.device_time = device_time;
+    pc.device_ctx = &r->dev;
+    size_t n = 0;
+    for (int i = r->cuts[r->rank]; i < r->cuts[r->rank + 1]; i++)
+      n += r->model.layers[i].n_params;
+    r->dev.stage_params = n;
+  }
+  return bt_pipeline_create(&r->pipe, r->comm, &pc, err);
+}
+
+static int open_runlog(run *r, bt_err *err) {
+  const bt_config *c = r->cfg;
+  /* Every rank contributes its device to /devices. */
+  double mine[3] = {r->dev.dev.capacity_mib * 1048576.0 * c->memory_scale,
+                    r->dev.dev.link_bandwidth_mbps * 1e6, r->dev.dev.link_latency_ms * 1e-3};
+  double *all = r->rank == 0 ? malloc(sizeof mine * (size_t)r->size) : NULL;
+  MPI_Gather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, 0, r->comm);
+  int ok = 1;
+  if (r->rank == 0 && c->output[0]) {
+    char *effective = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&effective, &len);
+    if (mem) {
+      bt_config_dump_yaml(c, mem);
+      fclose(mem);
+    }
+    bt_runlog_meta meta = {.baton_version = BT_VERSION,
+                           .git_describe = "",
+                           .config_yaml = c->yaml_text ? c->yaml_text : "",
+                           .effective_config_yaml = effective ? effective : "",
+                           .mode = "train",
+                           .clock = c->clock,
+                           .world_size = r->size,
+                           .seed = c->seed,
+                           .blis_arch = bt_gemm_arch(),
+                           .blis_threads = bt_gemm_threads(),
+                           .schedule = c->schedule,
+                           .micro_batches = c->micro_batches,
+                           .batch_size = c->batch_size};
+    bt_runlog_device devs[BT_CONFIG_DEVICES_MAX];
+    for (int k = 0; k < r->size; k++)
+      devs[k] = (bt_runlog_device){k, c->devices[k], all[3 * k], all[3 * k + 1], all[3 * k + 2]};
+    int first[BT_CONFIG_DEVICES_MAX], ranks[BT_CONFIG_DEVICES_MAX];
+    for (int k = 0; k < r->size; k++)
+      first[k] = r->cuts[k], ranks[k] = k;
+    bt_runlog_plan plan = {.iteration = 0,
+                           .n_stages = r->size,
+                           .first_layer = first,
+                           .device_rank = ranks,
+                           .predicted_stage_time = NULL,
+                           .predicted_iteration_time = NAN,
+                           .partitioner = c->partition};
+    ok = bt_runlog_create(&r->log, c->output, &meta, err) == 0 &&
+         bt_runlog_write_devices(r->log, r->size, devs, err) == 0 &&
+         bt_runlog_write_layers(r->log, &r->model, err) == 0 &&
+         bt_runlog_append_plan(r->log, &plan, err) == 0 && bt_runlog_flush(r->log, err) == 0;
+    free(effective);
+  }
+  free(all);
+  return agree(r->comm, ok);
+}
+
+/* Gathers this iteration's events and layer times to rank 0 and logs them. */
+static int log_iteration(run *r, long step, const bt_pipeline_stats *st, bt_err *err) {
+  size_t n_ev;
+  const bt_event *ev = bt_pipeline_events(r->pipe, &n_ev);
+  int mine = (int)(n_ev * sizeof(bt_event));
+  int *counts = NULL, *displs = NULL;
+  char *all = NULL;
+  if (r->rank == 0) {
+    counts = calloc((size_t)r->size, sizeof(int));
+    displs = calloc((size_t)r->size, sizeof(int));
+  }
+  MPI_Gather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, r->comm);
+  int total = 0;
+  if (r->rank == 0) {
+    for (int k = 0; k < r->size; k++)
+      displs[k] = total, total += counts[k];
+    all = malloc((size_t)total + 1);
+  }
+  MPI_Gatherv(ev, mine, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, r->comm);
+  const double *fwd, *bwd;
+  int first, count;
+  bt_pipeline_layer_times(r->pipe, &fwd, &bwd, &first, &count);
+  const int L = r->model.n_layers;
+  double *lf = r->rank == 0 ? malloc(sizeof(double) * L) : NULL;
+  double *lb = r->rank == 0 ? malloc(sizeof(double) * L) : NULL;
+  int *lc = NULL, *ld = NULL;
+  if (r->rank == 0) {
+    lc = malloc(sizeof(int) * r->size);
+    ld = malloc(sizeof(int) * r->size);
+    for (int k = 0; k < r->size; k++)
+      lc[k] = r->cuts[k + 1] - r->cuts[k], ld[k] = r->cuts[k];
+  }
+  MPI_Gatherv(fwd, count, MPI_DOUBLE, lf, lc, ld, MPI_DOUBLE, 0, r->comm);
+  MPI_Gatherv(bwd, count, MPI_DOUBLE, lb, lc, ld, MPI_DOUBLE, 0, r->comm);
+  double mx[2] = {st->iter_time, st->wall_time}, mx_all[2] = {0, 0};
+  long long bytes = st->bytes_sent, bytes_all = 0;
+  MPI_Reduce(mx, mx_all, 2, MPI_DOUBLE, MPI_MAX, 0, r->comm);
+  MPI_Reduce(&bytes, &bytes_all, 1, MPI_LONG_LONG, MPI_SUM, 0, r->comm);
+  int rc = 0;
+  if (r->rank == 0 && r->log) {
+    bt_train_record rec = {.iteration = step,
+                           .loss = st->loss,
+                           .accuracy = (double)st->correct / r->cfg->batch_size,
+                           .iteration_time = mx_all[0],
+                           .wall_time = mx_all[1],
+                           .bytes_sent = bytes_all};
+    if (bt_runlog_append_events(r->log, (size_t)total / sizeof(bt_event), (bt_event *)all, err) <
+            0 ||
+        bt_runlog_append_timing(r->log, step, L, lf, lb, err) < 0 ||
+        bt_runlog_append_train(r->log, &rec, err) < 0 || bt_runlog_flush(r->log, err) < 0)
+      rc = -1;
+  }
+  free(counts), free(displs), free(all), free(lf), free(lb), free(lc), free(ld);
+  return rc;
+}
+
+static void die(run *r, const bt_err *err) {
+  fprintf(stderr, "baton train: %s\n", err->msg);
+  fflush(stderr);
+  MPI_Abort(r->comm, 1);
+}
+
+static int train_loop(run *r, bt_err *err) {
+  const bt_config *c = r->cfg;
+  const int batch = c->batch_size;
+  const long steps_per_epoch = r->n_train / batch;
+  long total_steps = c->epochs > 0 ? steps_per_epoch * c->epochs : c->iterations;
+  if (c->iterations > 0 && c->iterations < total_steps)
+    total_steps = c->iterations;
+  const int epochs = (int)((total_steps + steps_per_epoch - 1) / steps_per_epoch);
+  const int first = r->rank == 0, last = r->rank == r->size - 1;
+  const size_t in_elems = (size_t)r->model.input.h * r->model.input.w * r->model.input.c;
+  if (first || last) {
+    r->xb = malloc(sizeof(float) * in_elems * batch);
+    r->yb = malloc(sizeof(int32_t) * batch);
+    r->order = malloc(sizeof(long) * r->n_train);
+    if (!r->xb || !r->yb || !r->order)
+      die(r, &(bt_err){"out of memory for a batch"});
+  }
+  if (r->rank == 0)
+    printf("baton train: model %s (%zu parameters) in %d stages on %d devices, %s, %d "
+           "micro-batches, clock %s, %ld steps\n",
+           r->model.name, r->model.n_params, r->size, r->size, c->schedule, c->micro_batches,
+           c->clock, total_steps);
+  long step = 0;
+  double emu_total = 0;
+  for (int epoch = 0; epoch < epochs && step < total_steps; epoch++) {
+    if (first || last)
+      bt_data_permutation(r->n_train, c->seed, epoch, r->order);
+    double loss_sum = 0, emu = 0;
+    long correct = 0, seen = 0;
+    const double t0 = seconds_now();
+    for (long b = 0; b < steps_per_epoch && step < total_steps; b++, step++) {
+      if (first || last)
+        bt_data_gather(&r->train, r->order + b * batch, batch, r->xb, r->yb);
+      bt_pipeline_stats st;
+      if (bt_pipeline_step(r->pipe, first ? r->xb : NULL, last ? r->yb : NULL, step, &st, err) <
+              0 ||
+          log_iteration(r, step, &st, err) < 0)
+        die(r, err);
+      loss_sum += st.loss * batch;
+      correct += st.correct;
+      seen += batch;
+      emu += st.iter_time;
+    }
+    emu_total += emu;
+    double test_loss = NAN;
+    long test_correct = 0;
+    const int eval = epoch + 1 == epochs || step >= total_steps ||
+                     (c->eval_every > 0 && (epoch + 1) % c->eval_every == 0);
+    if (eval && bt_pipeline_evaluate(r->pipe, first ? r->test.x : NULL, last ? r->test.y : NULL,
+                                     r->n_test, &test_loss, &test_correct, err) < 0)
+      die(r, err);
+    if (r->rank == 0) {
+      printf("epoch %d/%d: train loss %.4f acc %.2f%%, emulated %.3f s/iteration (%.0f "
+             "samples/s), host %.1f s",
+             epoch + 1, epochs, loss_sum / seen, 100.0 * correct / seen, emu / (seen / batch),
+             seen / emu, seconds_now() - t0);
+      if (eval)
+        printf(", test loss %.4f acc %.2f%%", test_loss, 100.0 * test_correct / r->n_test);
+      printf("\n");
+      if (eval && (epoch + 1 == epochs || step >= total_steps))
+        printf("test accuracy %.1f%%\n", 100.0 * test_correct / r->n_test);
+      fflush(stdout);
+    }
+  }
+  (void)emu_total;
+  return 0;
+}
+
+int bt_cli_train_pipeline(bt_config *cfg) {
+  run r;
+  memset(&r, 0, sizeof r);
+  r.cfg = cfg;
+  r.comm = MPI_COMM_WORLD;
+  MPI_Comm_rank(r.comm, &r.rank);
+  MPI_Comm_size(r.comm, &r.size);
+  bt_err err = {{0}};
+  int rc = 1;
+  if (setup_data_and_model(&r, &err) < 0 || setup_device(&r, &err) < 0 ||
+      setup_pipeline(&r, &err) < 0 || open_runlog(&r, &err) < 0) {
+    /* One line from the lowest rank that failed itself (others only know
+     * that somebody failed). */
+    int mine = err.msg[0] && !strstr(err.msg, "another rank failed") ? r.rank : r.size, first;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, r.comm);
+    if (first == r.rank)
+      fprintf(stderr, "baton train: %s\n", err.msg);
+    goto out;
+  }
+  rc = train_loop(&r, &err);
+  bt_runlog_close(&r.log, &err);
+  if (r.rank == 0 && cfg->output[0])
+    printf("run file: %s\n", cfg->output);
+out:
+  bt_pipeline_free(&r.pipe);
+  bt_runlog_close(&r.log, NULL);
+  bt_model_free(&r.model);
+  bt_dataset_free(&r.train);
+  bt_dataset_free(&r.test);
+  free(r.xb), free(r.yb), free(r.order);
+  return rc;
+}

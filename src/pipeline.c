@@ -1,0 +1,676 @@
+/* pipeline: the MPI runtime; see include/baton/pipeline.h.
+ *
+ * Buffers are per activation slot (a micro-batch in flight on this stage):
+ * the received input (kept until its backward), the copy of the output being
+ * sent, the received output gradient and the input gradient being sent. A
+ * message carries its arrival time in a trailer after the tensor, so that the
+ * receiver's clock can follow the sender's link model. */
+#include "baton/pipeline.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { TRAILER_FLOATS = 4 }; /* room for one double, 16-byte aligned */
+enum { TAG_ACT = 0, TAG_GRAD = 1 };
+
+struct bt_pipeline {
+  MPI_Comm comm;
+  int rank, size;
+  bt_pipeline_config cfg;
+  int *cuts;
+  bt_stage stage;
+  bt_schedule sched;
+  int mb, slots;
+  size_t in_elems, out_elems; /* per micro-batch */
+  float **in_buf, **act_send, **grad_recv, **din_buf;
+  MPI_Request *rq_act_recv, *rq_grad_recv, *rq_act_send, *rq_grad_send;
+  const float **slot_out; /* forward output of the micro-batch in each slot */
+  int **slot_seq;         /* micro-batches each slot holds, in order */
+  int *slot_len, *slot_pos;
+  bt_link link_next, link_prev;
+  double now;                  /* this rank's clock */
+  double wall_start;           /* CLOCK_MONOTONIC at creation (wall/none clocks) */
+  double *cal_fwd, *cal_bwd;   /* device seconds per layer per micro-batch */
+  double *host_fwd, *host_bwd; /* host seconds per layer, last step */
+  double *dev_fwd, *dev_bwd;   /* device seconds per layer, last step */
+  bt_event *events;
+  size_t n_events, cap_events;
+  long step;
+  double loss_sum;
+  long correct;
+  bt_pipeline_stats st;
+};
+
+/* ---- small helpers ---------------------------------------------------- */
+
+static double mono_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double thread_cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int mpi_fail(const bt_pipeline *p, bt_err *err, const char *what, int rc) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  return bt_err_set(err, "rank %d: %s failed: %s", p->rank, what, msg);
+}
+
+#define MPI_TRY(p, err, call)                                                                      \
+  do {                                                                                             \
+    int rc_ = (call);                                                                              \
+    if (rc_ != MPI_SUCCESS)                                                                        \
+      return mpi_fail((p), (err), #call, rc_);                                                     \
+  } while (0)
+
+static float *alloc_msg(size_t elems) {
+  size_t bytes = ((elems + TRAILER_FLOATS) * sizeof(float) + 63) & ~(size_t)63;
+  float *b = aligned_alloc(64, bytes);
+  if (b)
+    memset(b, 0, bytes);
+  return b;
+}
+
+static void put_arrival(float *msg, size_t elems, double arrival) {
+  memcpy(msg + elems, &arrival, sizeof arrival);
+}
+
+static double get_arrival(const float *msg, size_t elems) {
+  double t;
+  memcpy(&t, msg + elems, sizeof t);
+  return t;
+}
+
+static int first_stage(const bt_pipeline *p) { return p->rank == 0; }
+static int last_stage(const bt_pipeline *p) { return p->rank == p->size - 1; }
+
+static void record(bt_pipeline *p, bt_event_kind kind, int micro, int peer, double t0, double t1,
+                   int64_t bytes) {
+  if (p->n_events == p->cap_events) {
+    size_t cap = p->cap_events ? 2 * p->cap_events : 64;
+    bt_event *grown = realloc(p->events, cap * sizeof *grown);
+    if (!grown)
+      return; /* the timeline loses an event rather than the run failing */
+    p->events = grown;
+    p->cap_events = cap;
+  }
+  p->events[p->n_events++] = (bt_event){.iteration = p->step,
+                                        .rank = p->rank,
+                                        .micro = micro,
+                                        .kind = kind,
+                                        .peer = peer,
+                                        .t_start = t0,
+                                        .t_end = t1,
+                                        .bytes = bytes};
+}
+
+/* Advances the clock by a compute op of device time `device`, which took
+ * `host` seconds of wall time on this host. */
+static void advance(bt_pipeline *p, double device, double host_wall_start) {
+  switch (p->cfg.clock) {
+  case BT_CLOCK_VIRTUAL:
+    p->now += device;
+    break;
+  case BT_CLOCK_WALL: {
+    /* Duty cycle: sleep so that the op lasts its device time. */
+    double remaining = device - (mono_now() - host_wall_start);
+    if (remaining > 0) {
+      struct timespec ts = {(time_t)remaining, (long)((remaining - floor(remaining)) * 1e9)};
+      nanosleep(&ts, NULL);
+    }
+    p->now = mono_now() - p->wall_start;
+    break;
+  }
+  case BT_CLOCK_NONE:
+    p->now = mono_now() - p->wall_start;
+    break;
+  }
+}
+
+/* A receive completed; the message may still be "on the wire". */
+static void arrive(bt_pipeline *p, double arrival) {
+  if (p->cfg.clock == BT_CLOCK_VIRTUAL) {
+    p->now = arrival > p->now ? arrival : p->now;
+    return;
+  }
+  if (p->cfg.clock == BT_CLOCK_WALL) {
+    double wait = arrival - (mono_now() - p->wall_start);
+    if (wait > 0) {
+      struct timespec ts = {(time_t)wait, (long)((wait - floor(wait)) * 1e9)};
+      nanosleep(&ts, NULL);
+    }
+  }
+  p->now = mono_now() - p->wall_start;
+}
+
+/* Arrival time stamped on an outgoing message. */
+static double depart(bt_pipeline *p, bt_link *link, size_t bytes, double *left) {
+  if (p->cfg.clock == BT_CLOCK_NONE) {
+    *left = p->now;
+    return p->now;
+  }
+  return bt_link_send(link, p->now, bytes, left);
+}
+
+/* ---- device time ------------------------------------------------------ */
+
+static double layer_device_time(const bt_pipeline *p, int i, int pass, double host) {
+  if (!p->cfg.device_time)
+    return host;
+  const bt_layer *l = &p->cfg.model->layers[i];
+  return p->cfg.device_time(p->cfg.device_ctx, l, i, pass, p->mb, host, p->step);
+}
+
+/* Device seconds of this stage's forward (pass 0) or backward (pass 1) of
+ * one micro-batch, from the calibration when there is one; also records the
+ * per-layer figures of the step. */
+static double stage_device_time(bt_pipeline *p, int pass, const double *host_layers) {
+  const int n = p->stage.last - p->stage.first;
+  double total = 0;
+  for (int k = 0; k < n; k++) {
+    const int i = p->stage.first + k;
+    double cal = pass ? p->cal_bwd[k] : p->cal_fwd[k];
+    double d = p->cfg.calibration_repeats > 0 ? cal : layer_device_time(p, i, pass, host_layers[k]);
+    /* Throttling and other iteration-dependent effects still apply on top of
+     * the calibrated host figure. */
+    if (p->cfg.calibration_repeats > 0 && p->cfg.device_time)
+      d = layer_device_time(p, i, pass, cal);
+    (pass ? p->dev_bwd : p->dev_fwd)[k] += d;
+    total += d;
+  }
+  return total;
+}
+
+/* ---- calibration ------------------------------------------------------ */
+
+/* Times every layer of the stage on one micro-batch `repeats` times and keeps
+ * the minimum host thread-CPU seconds: the minimum moves by under 2% when
+ * another process shares the core, the mean by 20%. Weights, state and
+ * gradients are left as they were. */
+static int calibrate(bt_pipeline *p, bt_err *err) {
+  bt_stage *s = &p->stage;
+  const int n = s->last - s->first;
+  for (int k = 0; k < n; k++)
+    p->cal_fwd[k] = p->cal_bwd[k] = INFINITY;
+  if (p->cfg.calibration_repeats <= 0)
+    return 0;
+  float *state = malloc((s->n_state + 1) * sizeof(float));
+  float *in = alloc_msg(p->in_elems), *dout = alloc_msg(p->out_elems);
+  float *din = alloc_msg(p->in_elems);
+  int32_t *labels = calloc((size_t)p->mb, sizeof(int32_t));
+  double *f = calloc((size_t)n, sizeof(double)), *b = calloc((size_t)n, sizeof(double));
+  if (!state || !in || !dout || !din || !labels || !f || !b) {
+    free(state), free(in), free(dout), free(din), free(labels), free(f), free(b);
+    return bt_err_set(err, "rank %d: out of memory for calibration", p->rank);
+  }
+  memcpy(state, s->state, s->n_state * sizeof(float));
+  bt_rng rng;
+  bt_rng_seed(&rng, p->cfg.seed, 0xca1);
+  for (size_t i = 0; i < p->in_elems; i++)
+    in[i] = bt_rng_normal(&rng);
+  for (size_t i = 0; i < p->out_elems; i++)
+    dout[i] = 1e-3f * bt_rng_normal(&rng);
+  s->layer_fwd_s = f;
+  s->layer_bwd_s = b;
+  s->timing_clock = CLOCK_THREAD_CPUTIME_ID;
+  for (int r = 0; r < p->cfg.calibration_repeats + 1; r++) { /* +1: warm-up */
+    memset(f, 0, n * sizeof(double));
+    memset(b, 0, n * sizeof(double));
+    bt_exec x = {.training = 1,
+                 .seed = p->cfg.seed,
+                 .labels = labels,
+                 .loss_scale = 1.0f / (float)p->cfg.batch_size};
+    bt_stage_forward(s, 0, in, p->mb, &x);
+    bt_stage_backward(s, 0, in, last_stage(p) ? NULL : dout, first_stage(p) ? NULL : din, p->mb,
+                      &x);
+    for (int k = 0; r > 0 && k < n; k++) {
+      p->cal_fwd[k] = fmin(p->cal_fwd[k], f[k]);
+      p->cal_bwd[k] = fmin(p->cal_bwd[k], b[k]);
+    }
+  }
+  for (int k = 0; k < n; k++) {
+    p->cal_fwd[k] = layer_device_time(p, s->first + k, 0, p->cal_fwd[k]);
+    p->cal_bwd[k] = layer_device_time(p, s->first + k, 1, p->cal_bwd[k]);
+  }
+  s->layer_fwd_s = s->layer_bwd_s = NULL;
+  memcpy(s->state, state, s->n_state * sizeof(float));
+  bt_stage_zero_grad(s);
+  free(state), free(in), free(dout), free(din), free(labels), free(f), free(b);
+  return 0;
+}
+
+/* ---- creation --------------------------------------------------------- */
+
+int bt_partition_even(int n_layers, int n_stages, int *cuts, bt_err *err) {
+  if (n_stages < 1 || n_stages > n_layers)
+    return bt_err_set(err, "cannot cut %d layers into %d stages; use at most %d devices", n_layers,
+                      n_stages, n_layers);
+  for (int s = 0; s <= n_stages; s++)
+    cuts[s] = (int)((long)n_layers * s / n_stages);
+  return 0;
+}
+
+static int alloc_slots(bt_pipeline *p, bt_err *err) {
+  const int S = p->slots;
+  p->in_buf = calloc((size_t)S, sizeof(float *));
+  p->act_send = calloc((size_t)S, sizeof(float *));
+  p->grad_recv = calloc((size_t)S, sizeof(float *));
+  p->din_buf = calloc((size_t)S, sizeof(float *));
+  p->slot_out = calloc((size_t)S, sizeof(float *));
+  p->rq_act_recv = malloc((size_t)S * sizeof(MPI_Request));
+  p->rq_grad_recv = malloc((size_t)S * sizeof(MPI_Request));
+  p->rq_act_send = malloc((size_t)S * sizeof(MPI_Request));
+  p->rq_grad_send = malloc((size_t)S * sizeof(MPI_Request));
+  if (!p->in_buf || !p->act_send || !p->grad_recv || !p->din_buf || !p->slot_out ||
+      !p->rq_act_recv || !p->rq_grad_recv || !p->rq_act_send || !p->rq_grad_send)
+    return bt_err_set(err, "rank %d: out of memory for pipeline buffers", p->rank);
+  for (int k = 0; k < S; k++) {
+    p->rq_act_recv[k] = p->rq_grad_recv[k] = MPI_REQUEST_NULL;
+    p->rq_act_send[k] = p->rq_grad_send[k] = MPI_REQUEST_NULL;
+    if (!first_stage(p) &&
+        (!(p->in_buf[k] = alloc_msg(p->in_elems)) || !(p->din_buf[k] = alloc_msg(p->in_elems))))
+      return bt_err_set(err, "rank %d: out of memory for pipeline buffers", p->rank);
+    if (!last_stage(p) && (!(p->act_send[k] = alloc_msg(p->out_elems)) ||
+                           !(p->grad_recv[k] = alloc_msg(p->out_elems))))
+      return bt_err_set(err, "rank %d: out of memory for pipeline buffers", p->rank);
+  }
+  return 0;
+}
+
+/* Which micro-batches each slot holds, in the order the forwards run. */
+static int build_slot_sequences(bt_pipeline *p, bt_err *err) {
+  const int r = p->rank, n_ops = p->sched.n_ops[r];
+  p->slot_seq = calloc((size_t)p->slots, sizeof(int *));
+  p->slot_len = calloc((size_t)p->slots, sizeof(int));
+  p->slot_pos = calloc((size_t)p->slots, sizeof(int));
+  if (!p->slot_seq || !p->slot_len || !p->slot_pos)
+    return bt_err_set(err, "rank %d: out of memory", p->rank);
+  for (int k = 0; k < p->slots; k++)
+    if (!(p->slot_seq[k] = calloc((size_t)p->cfg.micro_batches, sizeof(int))))
+      return bt_err_set(err, "rank %d: out of memory", p->rank);
+  for (int i = 0; i < n_ops; i++) {
+    const bt_op *op = &p->sched.ops[r][i];
+    if (op->kind == BT_OP_FORWARD)
+      p->slot_seq[op->slot][p->slot_len[op->slot]++] = op->micro;
+  }
+  return 0;
+}
+
+static int init_links(bt_pipeline *p, bt_err *err) {
+  if (p->cfg.clock == BT_CLOCK_NONE)
+    return 0;
+  if (!last_stage(p) &&
+      bt_link_init(&p->link_next, p->cfg.link, p->cfg.seed, p->rank, p->rank + 1, err) < 0)
+    return bt_err_prefix(err, "rank %d", p->rank);
+  if (!first_stage(p) &&
+      bt_link_init(&p->link_prev, p->cfg.link, p->cfg.seed, p->rank, p->rank - 1, err) < 0)
+    return bt_err_prefix(err, "rank %d", p->rank);
+  return 0;
+}
+
+int bt_pipeline_create(bt_pipeline **out, MPI_Comm comm, const bt_pipeline_config *cfg,
+                       bt_err *err) {
+  *out = NULL;
+  bt_pipeline *p = calloc(1, sizeof *p);
+  if (!p)
+    return bt_err_set(err, "out of memory creating the pipeline");
+  p->comm = comm;
+  p->cfg = *cfg;
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm, &p->rank);
+  MPI_Comm_size(comm, &p->size);
+  const bt_model *m = cfg->model;
+  int rc = -1;
+  err->msg[0] = '\0';
+  if (cfg->batch_size % cfg->micro_batches != 0) {
+    bt_err_set(err, "micro_batches (%d) must divide batch_size (%d)", cfg->micro_batches,
+               cfg->batch_size);
+    goto fail;
+  }
+  p->cuts = malloc((size_t)(p->size + 1) * sizeof(int));
+  if (!p->cuts)
+    goto fail;
+  memcpy(p->cuts, cfg->cuts, (size_t)(p->size + 1) * sizeof(int));
+  p->cfg.cuts = p->cuts;
+  p->mb = cfg->batch_size / cfg->micro_batches;
+  if (bt_schedule_build(&p->sched, cfg->schedule, p->size, cfg->micro_batches, err) < 0)
+    goto fail;
+  p->slots = p->sched.slots[p->rank];
+  const int first = p->cuts[p->rank], last = p->cuts[p->rank + 1];
+  if (bt_stage_init(&p->stage, m, first, last, p->mb, p->slots, cfg->seed, err) < 0) {
+    bt_err_prefix(err, "rank %d", p->rank);
+    goto fail;
+  }
+  p->in_elems = bt_shape_elems(m->layers[first].in) * p->mb;
+  p->out_elems = bt_shape_elems(m->layers[last - 1].out) * p->mb;
+  const int n = last - first;
+  p->cal_fwd = calloc((size_t)n, sizeof(double));
+  p->cal_bwd = calloc((size_t)n, sizeof(double));
+  p->host_fwd = calloc((size_t)n, sizeof(double));
+  p->host_bwd = calloc((size_t)n, sizeof(double));
+  p->dev_fwd = calloc((size_t)n, sizeof(double));
+  p->dev_bwd = calloc((size_t)n, sizeof(double));
+  if (!p->cal_fwd || !p->cal_bwd || !p->host_fwd || !p->host_bwd || !p->dev_fwd || !p->dev_bwd) {
+    bt_err_set(err, "rank %d: out of memory", p->rank);
+    goto fail;
+  }
+  if (alloc_slots(p, err) < 0 || build_slot_sequences(p, err) < 0 || init_links(p, err) < 0 ||
+      calibrate(p, err) < 0)
+    goto fail;
+  rc = 0;
+fail:
+  if (rc < 0 && !err->msg[0])
+    bt_err_set(err, "rank %d: out of memory creating the pipeline", p->rank);
+  /* Every rank learns whether all succeeded, so that none waits forever for
+   * a rank that gave up. */
+  int ok = rc == 0, all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, comm);
+  if (!all_ok) {
+    if (ok)
+      bt_err_set(err, "rank %d: another rank failed to set up its stage", p->rank);
+    bt_pipeline_free(&p);
+    return -1;
+  }
+  p->wall_start = mono_now();
+  *out = p;
+  return 0;
+}
+
+void bt_pipeline_free(bt_pipeline **pp) {
+  bt_pipeline *p = *pp;
+  if (!p)
+    return;
+  for (int k = 0; k < p->slots; k++) {
+    if (p->rq_act_recv && p->rq_act_recv[k] != MPI_REQUEST_NULL) {
+      MPI_Cancel(&p->rq_act_recv[k]);
+      MPI_Request_free(&p->rq_act_recv[k]);
+    }
+    if (p->in_buf)
+      free(p->in_buf[k]), free(p->din_buf[k]), free(p->act_send[k]), free(p->grad_recv[k]);
+    if (p->slot_seq)
+      free(p->slot_seq[k]);
+  }
+  free(p->in_buf), free(p->din_buf), free(p->act_send), free(p->grad_recv), free(p->slot_out);
+  free(p->rq_act_recv), free(p->rq_grad_recv), free(p->rq_act_send), free(p->rq_grad_send);
+  free(p->slot_seq), free(p->slot_len), free(p->slot_pos);
+  free(p->cal_fwd), free(p->cal_bwd), free(p->host_fwd), free(p->host_bwd);
+  free(p->dev_fwd), free(p->dev_bwd);
+  free(p->events);
+  if (p->sched.n_ops)
+    bt_schedule_free(&p->sched);
+  bt_stage_free(&p->stage);
+  free(p->cuts);
+  free(p);
+  *pp = NULL;
+}
+
+/* ---- one iteration ---------------------------------------------------- */
+
+static int post_act_recv(bt_pipeline *p, int slot, bt_err *err) {
+  if (first_stage(p) || p->slot_pos[slot] >= p->slot_len[slot])
+    return 0;
+  const int micro = p->slot_seq[slot][p->slot_pos[slot]];
+  MPI_TRY(p, err,
+          MPI_Irecv(p->in_buf[slot], (int)(p->in_elems + TRAILER_FLOATS), MPI_FLOAT, p->rank - 1,
+                    2 * micro + TAG_ACT, p->comm, &p->rq_act_recv[slot]));
+  return 0;
+}
+
+static int wait_recv(bt_pipeline *p, MPI_Request *rq, const float *msg, size_t elems, int micro,
+                     int peer, bt_err *err) {
+  const double t0 = p->now, w0 = mono_now();
+  MPI_TRY(p, err, MPI_Wait(rq, MPI_STATUS_IGNORE));
+  p->st.host_overhead -= mono_now() - w0; /* waiting is not overhead */
+  arrive(p, get_arrival(msg, elems));
+  p->st.comm_wait_time += p->now - t0;
+  record(p, BT_EV_RECV, micro, peer, t0, p->now, (int64_t)(elems * sizeof(float)));
+  return 0;
+}
+
+static int send_msg(bt_pipeline *p, float *msg, size_t elems, int micro, int peer, int tag,
+                    bt_link *link, MPI_Request *rq, bt_err *err) {
+  double left;
+  const size_t bytes = elems * sizeof(float);
+  put_arrival(msg, elems, depart(p, link, bytes, &left));
+  record(p, BT_EV_SEND, micro, peer, p->now, left, (int64_t)bytes);
+  p->st.bytes_sent += (int64_t)bytes;
+  MPI_TRY(
+      p, err,
+      MPI_Isend(msg, (int)(elems + TRAILER_FLOATS), MPI_FLOAT, peer, 2 * micro + tag, p->comm, rq));
+  return 0;
+}
+
+static void compute_begin(bt_pipeline *p, double *cpu0, double *wall0) {
+  bt_stage *s = &p->stage;
+  s->layer_fwd_s = p->host_fwd;
+  s->layer_bwd_s = p->host_bwd;
+  s->timing_clock = CLOCK_THREAD_CPUTIME_ID;
+  *cpu0 = thread_cpu_now();
+  *wall0 = mono_now();
+}
+
+static void compute_end(bt_pipeline *p, int pass, int micro, double cpu0, double wall0,
+                        const double *host_before) {
+  const int n = p->stage.last - p->stage.first;
+  double host_layers[n];
+  const double *acc = pass ? p->host_bwd : p->host_fwd;
+  for (int k = 0; k < n; k++)
+    host_layers[k] = acc[k] - host_before[k];
+  const double t0 = p->now;
+  double device = stage_device_time(p, pass, host_layers);
+  if (p->cfg.clock == BT_CLOCK_NONE)
+    device = mono_now() - wall0;
+  advance(p, device, wall0);
+  p->st.compute_time += p->now - t0;
+  p->st.host_overhead -= mono_now() - wall0; /* compute is not overhead */
+  (void)cpu0;
+  record(p, pass ? BT_EV_BACKWARD : BT_EV_FORWARD, micro, -1, t0, p->now, 0);
+}
+
+static int run_forward(bt_pipeline *p, const bt_op *op, const float *x, const int32_t *y,
+                       bt_exec *ex, bt_err *err) {
+  const int n = p->stage.last - p->stage.first;
+  double before[n], cpu0, wall0;
+  memcpy(before, p->host_fwd, sizeof before);
+  const float *in = first_stage(p) ? x + (size_t)op->micro * p->in_elems : p->in_buf[op->slot];
+  ex->micro = op->micro;
+  ex->labels = last_stage(p) ? y + (size_t)op->micro * p->mb : NULL;
+  compute_begin(p, &cpu0, &wall0);
+  p->slot_out[op->slot] = bt_stage_forward(&p->stage, op->slot, in, p->mb, ex);
+  compute_end(p, 0, op->micro, cpu0, wall0, before);
+  if (!last_stage(p)) /* the gradient for this micro-batch can come any time now */
+    MPI_TRY(p, err,
+            MPI_Irecv(p->grad_recv[op->slot], (int)(p->out_elems + TRAILER_FLOATS), MPI_FLOAT,
+                      p->rank + 1, 2 * op->micro + TAG_GRAD, p->comm, &p->rq_grad_recv[op->slot]));
+  return 0;
+}
+
+static int run_backward(bt_pipeline *p, const bt_op *op, const float *x, const int32_t *y,
+                        bt_exec *ex, bt_err *err) {
+  const int n = p->stage.last - p->stage.first;
+  double before[n], cpu0, wall0;
+  memcpy(before, p->host_bwd, sizeof before);
+  const float *in = first_stage(p) ? x + (size_t)op->micro * p->in_elems : p->in_buf[op->slot];
+  float *din = first_stage(p) ? NULL : p->din_buf[op->slot];
+  if (din) /* the previous input gradient from this slot must have left */
+    MPI_TRY(p, err, MPI_Wait(&p->rq_grad_send[op->slot], MPI_STATUS_IGNORE));
+  ex->micro = op->micro;
+  ex->labels = last_stage(p) ? y + (size_t)op->micro * p->mb : NULL;
+  compute_begin(p, &cpu0, &wall0);
+  bt_stage_backward(&p->stage, op->slot, in, last_stage(p) ? NULL : p->grad_recv[op->slot], din,
+                    p->mb, ex);
+  compute_end(p, 1, op->micro, cpu0, wall0, before);
+  p->slot_pos[op->slot]++; /* the slot is free: its next micro-batch may arrive */
+  return post_act_recv(p, op->slot, err);
+}
+
+static int run_op(bt_pipeline *p, const bt_op *op, const float *x, const int32_t *y, bt_exec *ex,
+                  bt_err *err) {
+  const int k = op->slot;
+  switch (op->kind) {
+  case BT_OP_RECV_ACT:
+    return wait_recv(p, &p->rq_act_recv[k], p->in_buf[k], p->in_elems, op->micro, p->rank - 1, err);
+  case BT_OP_FORWARD:
+    return run_forward(p, op, x, y, ex, err);
+  case BT_OP_SEND_ACT:
+    MPI_TRY(p, err, MPI_Wait(&p->rq_act_send[k], MPI_STATUS_IGNORE));
+    memcpy(p->act_send[k], p->slot_out[k], p->out_elems * sizeof(float));
+    return send_msg(p, p->act_send[k], p->out_elems, op->micro, p->rank + 1, TAG_ACT, &p->link_next,
+                    &p->rq_act_send[k], err);
+  case BT_OP_RECV_GRAD:
+    return wait_recv(p, &p->rq_grad_recv[k], p->grad_recv[k], p->out_elems, op->micro, p->rank + 1,
+                     err);
+  case BT_OP_BACKWARD:
+    return run_backward(p, op, x, y, ex, err);
+  case BT_OP_SEND_GRAD:
+    return send_msg(p, p->din_buf[k], p->in_elems, op->micro, p->rank - 1, TAG_GRAD, &p->link_prev,
+                    &p->rq_grad_send[k], err);
+  case BT_OP_OPTIM_STEP: {
+    const double t0 = p->now, w0 = mono_now(), c0 = thread_cpu_now();
+    bt_sgd_step(&p->cfg.opt, p->stage.params, p->stage.grads, p->stage.momentum, p->stage.n_params);
+    double host = thread_cpu_now() - c0;
+    double device = p->cfg.device_time
+                        ? p->cfg.device_time(p->cfg.device_ctx, NULL, -1, 2, p->mb, host, p->step)
+                        : host;
+    advance(p, p->cfg.clock == BT_CLOCK_NONE ? mono_now() - w0 : device, w0);
+    p->st.compute_time += p->now - t0;
+    p->st.host_overhead -= mono_now() - w0;
+    record(p, BT_EV_OPTIM, -1, -1, t0, p->now, 0);
+    return 0;
+  }
+  }
+  return bt_err_set(err, "rank %d: unknown schedule op %d", p->rank, (int)op->kind);
+}
+
+int bt_pipeline_step(bt_pipeline *p, const float *x, const int32_t *y, long step,
+                     bt_pipeline_stats *out, bt_err *err) {
+  if ((first_stage(p) && !x) || (last_stage(p) && !y))
+    return bt_err_set(err, "rank %d: the first stage needs inputs and the last labels", p->rank);
+  const double wall0 = mono_now(), cpu0 = thread_cpu_now(), clock0 = p->now;
+  memset(&p->st, 0, sizeof p->st);
+  p->step = step;
+  p->n_events = 0;
+  const int n = p->stage.last - p->stage.first;
+  memset(p->host_fwd, 0, n * sizeof(double));
+  memset(p->host_bwd, 0, n * sizeof(double));
+  memset(p->dev_fwd, 0, n * sizeof(double));
+  memset(p->dev_bwd, 0, n * sizeof(double));
+  bt_stage_zero_grad(&p->stage);
+  for (int k = 0; k < p->slots; k++) {
+    p->slot_pos[k] = 0;
+    if (post_act_recv(p, k, err) < 0)
+      return -1;
+  }
+  bt_exec ex = {.training = 1,
+                .seed = p->cfg.seed,
+                .step = step,
+                .loss_scale = 1.0f / (float)p->cfg.batch_size};
+  const int r = p->rank;
+  for (int i = 0; i < p->sched.n_ops[r]; i++)
+    if (run_op(p, &p->sched.ops[r][i], x, y, &ex, err) < 0)
+      return -1;
+  for (int k = 0; k < p->slots; k++) {
+    MPI_TRY(p, err, MPI_Wait(&p->rq_act_send[k], MPI_STATUS_IGNORE));
+    MPI_TRY(p, err, MPI_Wait(&p->rq_grad_send[k], MPI_STATUS_IGNORE));
+  }
+  double local[2] = {ex.loss_sum, (double)ex.correct}, total[2] = {0, 0};
+  MPI_TRY(p, err, MPI_Reduce(local, total, 2, MPI_DOUBLE, MPI_SUM, 0, p->comm));
+  p->st.loss = total[0] / p->cfg.batch_size;
+  p->st.correct = (long)total[1];
+  p->st.iter_time = p->now - clock0;
+  p->st.wall_time = mono_now() - wall0;
+  /* Overhead: wall time in neither compute nor waiting for a message. */
+  p->st.host_overhead += p->st.wall_time;
+  (void)cpu0;
+  if (out)
+    *out = p->st;
+  return 0;
+}
+
+const bt_event *bt_pipeline_events(const bt_pipeline *p, size_t *n) {
+  *n = p->n_events;
+  return p->events;
+}
+
+void bt_pipeline_layer_times(const bt_pipeline *p, const double **fwd, const double **bwd,
+                             int *first, int *count) {
+  *fwd = p->dev_fwd;
+  *bwd = p->dev_bwd;
+  *first = p->stage.first;
+  *count = p->stage.last - p->stage.first;
+}
+
+bt_stage *bt_pipeline_stage(bt_pipeline *p) { return &p->stage; }
+
+static int gather_vector(bt_pipeline *p, const float *mine, int count, int offset, float *all,
+                         bt_err *err) {
+  int *counts = NULL, *displs = NULL;
+  if (p->rank == 0) {
+    counts = malloc((size_t)p->size * sizeof(int));
+    displs = malloc((size_t)p->size * sizeof(int));
+    if (!counts || !displs) {
+      free(counts), free(displs);
+      return bt_err_set(err, "rank 0: out of memory gathering parameters");
+    }
+  }
+  int rc = MPI_Gather(&count, 1, MPI_INT, counts, 1, MPI_INT, 0, p->comm);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Gather(&offset, 1, MPI_INT, displs, 1, MPI_INT, 0, p->comm);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Gatherv(mine, count, MPI_FLOAT, all, counts, displs, MPI_FLOAT, 0, p->comm);
+  free(counts), free(displs);
+  return rc == MPI_SUCCESS ? 0 : mpi_fail(p, err, "MPI_Gatherv (parameters)", rc);
+}
+
+int bt_pipeline_gather_params(bt_pipeline *p, float *params, float *state, bt_err *err) {
+  bt_stage *s = &p->stage;
+  if (gather_vector(p, s->params, (int)s->n_params, (int)s->param_base, params, err) < 0)
+    return -1;
+  /* Collective on every rank, whatever rank 0 asked for. */
+  float *sink = NULL;
+  if (p->rank == 0 && !state && !(sink = malloc((p->cfg.model->n_state + 1) * sizeof(float))))
+    return bt_err_set(err, "rank 0: out of memory gathering state");
+  int rc =
+      gather_vector(p, s->state, (int)s->n_state, (int)s->state_base, state ? state : sink, err);
+  free(sink);
+  if (rc < 0)
+    return -1;
+  return 0;
+}
+
+int bt_pipeline_evaluate(bt_pipeline *p, const float *x, const int32_t *y, long n, double *loss,
+                         long *correct, bt_err *err) {
+  bt_exec ex = {.training = 0};
+  const size_t in_per = p->in_elems / p->mb, out_per = p->out_elems / p->mb;
+  float *buf = first_stage(p) ? NULL : alloc_msg(p->in_elems);
+  if (!first_stage(p) && !buf)
+    return bt_err_set(err, "rank %d: out of memory for evaluation", p->rank);
+  for (long i = 0; i < n; i += p->mb) {
+    const int b = (int)(n - i < p->mb ? n - i : p->mb);
+    const float *in = x ? x + (size_t)i * in_per : NULL;
+    if (!first_stage(p)) {
+      MPI_TRY(
+          p, err,
+          MPI_Recv(buf, (int)(b * in_per), MPI_FLOAT, p->rank - 1, 7, p->comm, MPI_STATUS_IGNORE));
+      in = buf;
+    }
+    ex.labels = last_stage(p) ? y + i : NULL;
+    const float *out = bt_stage_forward(&p->stage, 0, in, b, &ex);
+    if (!last_stage(p))
+      MPI_TRY(p, err, MPI_Send(out, (int)(b * out_per), MPI_FLOAT, p->rank + 1, 7, p->comm));
+  }
+  free(buf);
+  double local[2] = {ex.loss_sum, (double)ex.correct}, total[2] = {0, 0};
+  MPI_TRY(p, err, MPI_Reduce(local, total, 2, MPI_DOUBLE, MPI_SUM, 0, p->comm));
+  *loss = n ? total[0] / (double)n : 0;
+  *correct = (long)total[1];
+  return 0;
+}
