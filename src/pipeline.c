@@ -8,6 +8,7 @@
 #include "baton/pipeline.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -32,7 +33,7 @@ struct bt_pipeline {
   bt_link link_next, link_prev;
   double now;                  /* this rank's clock */
   double wall_start;           /* CLOCK_MONOTONIC at creation (wall/none clocks) */
-  double *cal_fwd, *cal_bwd;   /* device seconds per layer per micro-batch */
+  double *cal_fwd, *cal_bwd;   /* calibrated host seconds per layer per micro-batch */
   double *host_fwd, *host_bwd; /* host seconds per layer, last step */
   double *dev_fwd, *dev_bwd;   /* device seconds per layer, last step */
   bt_event *events;
@@ -177,12 +178,12 @@ static double stage_device_time(bt_pipeline *p, int pass, const double *host_lay
   double total = 0;
   for (int k = 0; k < n; k++) {
     const int i = p->stage.first + k;
-    double cal = pass ? p->cal_bwd[k] : p->cal_fwd[k];
-    double d = p->cfg.calibration_repeats > 0 ? cal : layer_device_time(p, i, pass, host_layers[k]);
-    /* Throttling and other iteration-dependent effects still apply on top of
-     * the calibrated host figure. */
-    if (p->cfg.calibration_repeats > 0 && p->cfg.device_time)
-      d = layer_device_time(p, i, pass, cal);
+    /* The calibrated host figure (when there is one) rather than this op's
+     * own measurement, which the host's load would colour; the mapping still
+     * runs every time because throttling depends on the iteration. */
+    const double cal = pass ? p->cal_bwd[k] : p->cal_fwd[k];
+    const double d =
+        layer_device_time(p, i, pass, p->cfg.calibration_repeats > 0 ? cal : host_layers[k]);
     (pass ? p->dev_bwd : p->dev_fwd)[k] += d;
     total += d;
   }
@@ -236,9 +237,11 @@ static int calibrate(bt_pipeline *p, bt_err *err) {
       p->cal_bwd[k] = fmin(p->cal_bwd[k], b[k]);
     }
   }
-  for (int k = 0; k < n; k++) {
-    p->cal_fwd[k] = layer_device_time(p, s->first + k, 0, p->cal_fwd[k]);
-    p->cal_bwd[k] = layer_device_time(p, s->first + k, 1, p->cal_bwd[k]);
+  if (getenv("BATON_DEBUG_CAL")) {
+    double tf = 0, tb = 0;
+    for (int k = 0; k < n; k++)
+      tf += p->cal_fwd[k], tb += p->cal_bwd[k];
+    fprintf(stderr, "rank %d calibrated host fwd %.4f bwd %.4f s per micro-batch\n", p->rank, tf, tb);
   }
   s->layer_fwd_s = s->layer_bwd_s = NULL;
   memcpy(s->state, state, s->n_state * sizeof(float));
