@@ -367,6 +367,13 @@ static int train_loop(run *r, bt_err *err) {
            "micro-batches, clock %s, %ld steps\n",
            r->model.name, r->model.n_params, r->size, r->size, c->schedule, c->micro_batches,
            c->clock, total_steps);
+  /* Fault injection for the tests of failure handling: BATON_FAIL_AT=R:I
+   * makes rank R fail at iteration I. */
+  int fail_rank = -1;
+  long fail_step = -1;
+  const char *inject = getenv("BATON_FAIL_AT");
+  if (inject && sscanf(inject, "%d:%ld", &fail_rank, &fail_step) != 2)
+    fail_rank = -1;
   long step = 0;
   double emu_total = 0;
   for (int epoch = 0; epoch < epochs && step < total_steps; epoch++) {
@@ -378,6 +385,11 @@ static int train_loop(run *r, bt_err *err) {
     for (long b = 0; b < steps_per_epoch && step < total_steps; b++, step++) {
       if (first || last)
         bt_data_gather(&r->train, r->order + b * batch, batch, r->xb, r->yb);
+      if (r->rank == fail_rank && step == fail_step) {
+        bt_err_set(err, "rank %d: injected failure (BATON_FAIL_AT) at iteration %ld", r->rank,
+                   step);
+        die(r, err);
+      }
       bt_pipeline_stats st;
       if (bt_pipeline_step(r->pipe, first ? r->xb : NULL, last ? r->yb : NULL, step, &st, err) <
               0 ||

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# `baton train` under mpirun: launch checks, device and memory checks, plan
+# errors, the three clocks, and a rank that fails mid-run (all ranks stop
+# with a message naming it; the run file keeps every finished iteration).
+# usage: mpi_cli_test.sh BATON
+set -u
+baton=$1
+fails=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+run() { timeout 120 "$@" >"$tmp/out" 2>"$tmp/err"; }
+mpi() { local n=$1; shift; run mpirun -np "$n" --oversubscribe "$@"; }
+
+expect_fail() { # NAME SUBSTRING (after a run)
+  local rc=$1 name=$2 want=$3
+  if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || ! grep -qF -- "$want" "$tmp/err"; then
+    echo "FAIL $name (exit $rc): want '$want' on stderr:"; cat "$tmp/err"; fails=$((fails + 1))
+  else
+    echo "ok   $name: $(grep -F -- "$want" "$tmp/err" | head -n 1)"
+  fi
+}
+expect_ok() { # NAME SUBSTRING
+  local rc=$1 name=$2 want=$3
+  if [ "$rc" -ne 0 ] || ! grep -qF -- "$want" "$tmp/out"; then
+    echo "FAIL $name (exit $rc): want '$want' on stdout:"; cat "$tmp/out" "$tmp/err"
+    fails=$((fails + 1))
+  else
+    echo "ok   $name"
+  fi
+}
+
+syn=(--set data.name=synthetic --set data.train_samples=128 --set data.test_samples=32
+  --set batch_size=16 --set micro_batches=4 --set model=lenet5 --set iterations=6)
+two=(--set devices=rpi4,jetson-nano)
+
+run "$baton" train "${syn[@]}" "${two[@]}"
+expect_fail $? no-mpirun "mpirun -np 2"
+mpi 3 "$baton" train "${syn[@]}" "${two[@]}"
+expect_fail $? world-size "names 2 devices but mpirun started 3 ranks"
+mpi 2 "$baton" train "${syn[@]}"
+expect_fail $? no-devices "names no devices"
+mpi 2 "$baton" train "${syn[@]}" --set devices=rpi4,jetson-nano-9000
+expect_fail $? unknown-device "jetson-nano-9000"
+mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set memory_scale=0.00001
+expect_fail $? memory "rank"
+grep -qiE "capacity|MiB|bytes" "$tmp/err" || { echo "FAIL memory: no sizes"; fails=$((fails + 1)); }
+mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set partition=explicit --set cuts=40
+expect_fail $? cut-range "cut 1 ('40')"
+mpi 3 "$baton" train "${syn[@]}" --set devices=rpi4,rpi4,rpi5 --set partition=explicit \
+  --set cuts=5,3
+expect_fail $? cut-order "cut 2 (3) must be greater"
+
+for clock in virtual wall none; do
+  mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set clock=$clock --set schedule=gpipe \
+    --set output="$tmp/$clock.h5"
+  expect_ok $? clock-$clock "test accuracy"
+done
+"$baton" report "$tmp/virtual.h5" >"$tmp/out" 2>"$tmp/err"
+expect_ok $? report-virtual "6 train rows"
+
+BATON_FAIL_AT=1:3 mpi 3 -x BATON_FAIL_AT "$baton" train "${syn[@]}" \
+  --set devices=rpi4,jetson-nano,rpi5 --set output="$tmp/killed.h5"
+expect_fail $? rank-failure "rank 1: injected failure"
+"$baton" report "$tmp/killed.h5" >"$tmp/out" 2>"$tmp/err"
+expect_ok $? killed-run-readable "3 train rows"
+
+[ $fails -eq 0 ] && echo "all MPI CLI checks passed" || echo "$fails MPI CLI check(s) failed"
+exit $((fails > 0))
