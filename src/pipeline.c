@@ -39,6 +39,7 @@ struct bt_pipeline {
   bt_event *events;
   size_t n_events, cap_events;
   long step;
+  double optim_device; /* device seconds of the last optimizer step */
   double loss_sum;
   long correct;
   bt_pipeline_stats st;
@@ -241,7 +242,8 @@ static int calibrate(bt_pipeline *p, bt_err *err) {
     double tf = 0, tb = 0;
     for (int k = 0; k < n; k++)
       tf += p->cal_fwd[k], tb += p->cal_bwd[k];
-    fprintf(stderr, "rank %d calibrated host fwd %.4f bwd %.4f s per micro-batch\n", p->rank, tf, tb);
+    fprintf(stderr, "rank %d calibrated host fwd %.4f bwd %.4f s per micro-batch\n", p->rank, tf,
+            tb);
   }
   s->layer_fwd_s = s->layer_bwd_s = NULL;
   memcpy(s->state, state, s->n_state * sizeof(float));
@@ -429,9 +431,10 @@ static int post_act_recv(bt_pipeline *p, int slot, bt_err *err) {
 
 static int wait_recv(bt_pipeline *p, MPI_Request *rq, const float *msg, size_t elems, int micro,
                      int peer, bt_err *err) {
-  const double t0 = p->now, w0 = mono_now();
+  const double t0 = p->now, w0 = mono_now(), c0 = thread_cpu_now();
   MPI_TRY(p, err, MPI_Wait(rq, MPI_STATUS_IGNORE));
   p->st.host_overhead -= mono_now() - w0; /* waiting is not overhead */
+  p->st.cpu_overhead -= thread_cpu_now() - c0;
   arrive(p, get_arrival(msg, elems));
   p->st.comm_wait_time += p->now - t0;
   record(p, BT_EV_RECV, micro, peer, t0, p->now, (int64_t)(elems * sizeof(float)));
@@ -474,7 +477,7 @@ static void compute_end(bt_pipeline *p, int pass, int micro, double cpu0, double
   advance(p, device, wall0);
   p->st.compute_time += p->now - t0;
   p->st.host_overhead -= mono_now() - wall0; /* compute is not overhead */
-  (void)cpu0;
+  p->st.cpu_compute += thread_cpu_now() - cpu0;
   record(p, pass ? BT_EV_BACKWARD : BT_EV_FORWARD, micro, -1, t0, p->now, 0);
 }
 
@@ -546,6 +549,8 @@ static int run_op(bt_pipeline *p, const bt_op *op, const float *x, const int32_t
     advance(p, p->cfg.clock == BT_CLOCK_NONE ? mono_now() - w0 : device, w0);
     p->st.compute_time += p->now - t0;
     p->st.host_overhead -= mono_now() - w0;
+    p->st.cpu_compute += host;
+    p->optim_device = p->now - t0;
     record(p, BT_EV_OPTIM, -1, -1, t0, p->now, 0);
     return 0;
   }
@@ -590,12 +595,27 @@ int bt_pipeline_step(bt_pipeline *p, const float *x, const int32_t *y, long step
   p->st.correct = (long)total[1];
   p->st.iter_time = p->now - clock0;
   p->st.wall_time = mono_now() - wall0;
-  /* Overhead: wall time in neither compute nor waiting for a message. */
+  /* Overhead: time in neither compute nor waiting for a message. */
   p->st.host_overhead += p->st.wall_time;
-  (void)cpu0;
+  p->st.cpu_overhead += thread_cpu_now() - cpu0 - p->st.cpu_compute;
   if (out)
     *out = p->st;
   return 0;
+}
+
+bt_stage_costs bt_pipeline_stage_costs(const bt_pipeline *p) {
+  bt_stage_costs c = {0};
+  const int n = p->stage.last - p->stage.first, M = p->cfg.micro_batches;
+  for (int k = 0; k < n; k++)
+    c.fwd += p->dev_fwd[k] / M, c.bwd += p->dev_bwd[k] / M;
+  c.optim = p->optim_device;
+  if (p->cfg.clock != BT_CLOCK_NONE) {
+    if (!last_stage(p))
+      c.act_comm = bt_link_ideal_time(&p->link_next.p, p->out_elems * sizeof(float));
+    if (!first_stage(p))
+      c.grad_comm = bt_link_ideal_time(&p->link_prev.p, p->in_elems * sizeof(float));
+  }
+  return c;
 }
 
 const bt_event *bt_pipeline_events(const bt_pipeline *p, size_t *n) {

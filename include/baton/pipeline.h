@@ -54,8 +54,23 @@ typedef struct bt_pipeline_stats {
   double wall_time;                    /* host seconds */
   double compute_time, comm_wait_time; /* this rank: device compute, waiting on receives */
   int64_t bytes_sent;                  /* by this rank */
-  double host_overhead; /* host seconds in neither compute nor MPI waits (bookkeeping, copies) */
+  double host_overhead;                /* host wall seconds in neither compute nor MPI waits */
+  /* Host thread-CPU seconds of this rank: inside compute ops, and outside
+   * both compute and receive waits (the runtime's own work: posting and
+   * copying messages, bookkeeping). Robust on a shared core. */
+  double cpu_compute, cpu_overhead;
 } bt_pipeline_stats;
+
+/* This rank's part of the analytic model of an iteration, from the last
+ * step: device seconds per micro-batch of forward and backward, of the
+ * optimizer step, and the ideal link time of an activation message to the
+ * next stage and of a gradient message to the previous one (0 where there is
+ * no neighbour). */
+typedef struct bt_stage_costs {
+  double fwd, bwd, optim, act_comm, grad_comm;
+} bt_stage_costs;
+
+bt_stage_costs bt_pipeline_stage_costs(const bt_pipeline *p);
 
 /* Collective over `comm` (size = number of stages). */
 int bt_pipeline_create(bt_pipeline **p, MPI_Comm comm, const bt_pipeline_config *cfg, bt_err *err);

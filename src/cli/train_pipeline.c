@@ -345,6 +345,58 @@ static void die(run *r, const bt_err *err) {
   MPI_Abort(r->comm, 1);
 }
 
+/* End-of-run figures: the iteration time the schedule's analytic model
+ * predicts from the measured stage and link times, against the measured one
+ * (pipeline efficiency), and the runtime's own host CPU time against the
+ * compute it drives (framework overhead). */
+static void summarize(run *r, long steps, double emu_total, double cpu_compute,
+                      double cpu_overhead) {
+  bt_stage_costs mine = bt_pipeline_stage_costs(r->pipe);
+  double v[7] = {mine.fwd,       mine.bwd,    mine.optim,  mine.act_comm,
+                 mine.grad_comm, cpu_compute, cpu_overhead};
+  double *all = r->rank == 0 ? malloc(sizeof v * (size_t)r->size) : NULL;
+  MPI_Gather(v, 7, MPI_DOUBLE, all, 7, MPI_DOUBLE, 0, r->comm);
+  if (r->rank != 0 || steps == 0 || !all) {
+    free(all);
+    return;
+  }
+  const int S = r->size;
+  double fwd[BT_CONFIG_DEVICES_MAX], bwd[BT_CONFIG_DEVICES_MAX], opt[BT_CONFIG_DEVICES_MAX];
+  double act[BT_CONFIG_DEVICES_MAX], grad[BT_CONFIG_DEVICES_MAX];
+  double worst = 0; /* overhead CPU seconds of the worst rank, over the run */
+  int worst_rank = 0;
+  for (int k = 0; k < S; k++) {
+    fwd[k] = all[7 * k], bwd[k] = all[7 * k + 1], opt[k] = all[7 * k + 2];
+    act[k] = all[7 * k + 3];
+    if (k + 1 < S)
+      grad[k] = all[7 * (k + 1) + 4]; /* gradient k+1 -> k travels on rank k+1's link */
+    if (all[7 * k + 6] > worst)
+      worst = all[7 * k + 6], worst_rank = k;
+  }
+  bt_schedule sched;
+  bt_schedule_kind kind;
+  bt_err err;
+  double bound = NAN;
+  if (bt_schedule_parse_kind(r->cfg->schedule, &kind, &err) == 0 &&
+      bt_schedule_build(&sched, kind, S, r->cfg->micro_batches, &err) == 0) {
+    bt_sched_costs costs = {fwd, bwd, act, grad, opt};
+    if (bt_schedule_makespan(&sched, &costs, &bound, &err) < 0)
+      bound = NAN;
+    bt_schedule_free(&sched);
+  }
+  const double measured = emu_total / (double)steps;
+  printf("pipeline: %.4f s/iteration on the %s clock; the %s schedule's analytic model of "
+         "these stage and link times gives %.4f s (efficiency %.1f%%)\n",
+         measured, r->cfg->clock, r->cfg->schedule, bound, 100.0 * bound / measured);
+  const double per_iter = worst / (double)steps, compute = all[7 * worst_rank + 5] / steps;
+  printf("framework overhead: at most %.2f ms of host CPU per iteration outside compute and "
+         "message waits (rank %d) = %.2f%% of the iteration time (%.1f%% of that rank's host "
+         "compute)\n",
+         per_iter * 1e3, worst_rank, 100.0 * per_iter / measured,
+         compute > 0 ? 100.0 * per_iter / compute : 0.0);
+  free(all);
+}
+
 static int train_loop(run *r, bt_err *err) {
   const bt_config *c = r->cfg;
   const int batch = c->batch_size;
@@ -375,7 +427,7 @@ static int train_loop(run *r, bt_err *err) {
   if (inject && sscanf(inject, "%d:%ld", &fail_rank, &fail_step) != 2)
     fail_rank = -1;
   long step = 0;
-  double emu_total = 0;
+  double emu_total = 0, cpu_compute = 0, cpu_overhead = 0;
   for (int epoch = 0; epoch < epochs && step < total_steps; epoch++) {
     if (first || last)
       bt_data_permutation(r->n_train, c->seed, epoch, r->order);
@@ -396,6 +448,8 @@ static int train_loop(run *r, bt_err *err) {
           log_iteration(r, step, &st, err) < 0)
         die(r, err);
       loss_sum += st.loss * batch;
+      cpu_compute += st.cpu_compute;
+      cpu_overhead += st.cpu_overhead;
       correct += st.correct;
       seen += batch;
       emu += st.iter_time;
@@ -421,7 +475,7 @@ static int train_loop(run *r, bt_err *err) {
       fflush(stdout);
     }
   }
-  (void)emu_total;
+  summarize(r, step, emu_total, cpu_compute, cpu_overhead);
   return 0;
 }
 
