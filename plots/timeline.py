@@ -83,8 +83,8 @@ def device_names(f):
 
 
 def busy_fraction(ev, names, rank, t0, t1):
-    """Union of the rank's compute intervals over the iteration span."""
-    spans = sorted((e["t_start"], e["t_end"]) for e in ev
+    """Union of the rank's compute intervals over [t0, t1]."""
+    spans = sorted((max(e["t_start"], t0), e["t_end"]) for e in ev
                    if e["rank"] == rank and names[e["kind"]] not in COMM)
     busy, end = 0.0, -np.inf
     for s, t in spans:
@@ -115,7 +115,12 @@ def gantt(f, path, iteration, out):
     names = kind_names(tl)
     allev = tl[:]
     ev = allev[allev["iteration"] == iteration]
-    t0, t1 = ev["t_start"].min(), ev["t_end"].max()
+    # Late stages start waiting for this iteration while the first stage still
+    # finishes the previous one: the axis starts at the first compute op and
+    # those waits are cut at 0.
+    compute = np.isin(ev["kind"], [v for v, n in names.items() if n not in COMM])
+    t0 = ev["t_start"][compute].min() if compute.any() else ev["t_start"].min()
+    t1 = ev["t_end"].max()
     scale, unit = time_unit(t1 - t0)
     world = int(f.attrs["world_size"])
     ranks = sorted(set(range(world)) | set(int(r) for r in ev["rank"]))
@@ -130,17 +135,17 @@ def gantt(f, path, iteration, out):
                        fontsize=8)
     ax.set_ylim(max(ranks) + 0.7, min(ranks) - 0.6)
     ax.set_xlim(0, (t1 - t0) * scale)
-    ax.set_xlabel(f"time since the iteration started ({unit}, {text(f.attrs['clock'])} clock)")
+    ax.set_xlabel(f"time since the iteration's first compute op ({unit}, "
+                  f"{text(f.attrs['clock'])} clock)")
     ax.set_title(f"{os.path.basename(path)}: iteration {iteration}, "
                  f"{text(f.attrs['schedule'])}, {world} ranks, "
                  f"{int(f.attrs['micro_batches'])} micro-batches "
                  "(numbers: micro-batch; thin lane: send/recv)", fontsize=10)
     present = {names[k] for k in np.unique(ev["kind"])}
     handles = [mpatches.Patch(color=c, label=k) for k, c in COLOURS.items() if k in present]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.1 / len(ranks)),
-              ncol=len(handles), fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.35 / fig.get_figheight(), 1, 1))  # room for the legend
     fig.savefig(out, dpi=120)
     plt.close(fig)
 

@@ -305,12 +305,18 @@ static int h5_fail(bt_err *err, const char *path, const char *what) {
 
 /* ---- writing ---------------------------------------------------------- */
 
-static hid_t file_access(void) {
+/* H5Pset_file_locking arrived in 1.10.7 and 1.12.1 (not 1.12.0). */
+#if (H5_VERS_MAJOR == 1 && H5_VERS_MINOR == 10 && H5_VERS_RELEASE >= 7) || H5_VERSION_GE(1, 12, 1)
+#define BT_HAVE_FILE_LOCKING_PROP 1
+#endif
+
+static hid_t file_access(int writing) {
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   /* SWMR needs the 1.10 format; pinning both bounds keeps files readable by
    * any HDF5 >= 1.10 even when built against a newer library. */
-  H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
-#if H5_VERSION_GE(1, 10, 7)
+  if (writing)
+    H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
+#ifdef BT_HAVE_FILE_LOCKING_PROP
   /* NFS and Lustre often lack flock(); lock where possible, never fail. */
   H5Pset_file_locking(fapl, 1, 1);
 #endif
@@ -464,7 +470,7 @@ static int create_impl(bt_runlog **out, const char *path, const bt_runlog_meta *
   bt_runlog *log = runlog_alloc(path);
   if (!log)
     return bt_err_set(err, "%s: out of memory", path);
-  hid_t fapl = file_access();
+  hid_t fapl = file_access(1);
   log->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
   if (log->file < 0) {
@@ -768,7 +774,7 @@ static int check_file(const char *path, bt_err *err) {
 /* A file whose SWMR writer died (or still runs) keeps a flag that refuses
  * ordinary opens; SWMR-read mode opens it as it stands on disk. */
 static hid_t open_file(const char *path, int *unclosed, bt_err *err) {
-  hid_t fapl = file_access();
+  hid_t fapl = file_access(0);
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
   *unclosed = 0;
   if (f < 0) {

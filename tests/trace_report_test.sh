@@ -99,16 +99,17 @@ expect_out trace-iterations "$tmp/out" "18 events on 2 ranks"
 # ---- report -------------------------------------------------------------
 if "$baton" report "$run" >"$tmp/report" 2>"$tmp/err"; then
   expect_out report "$tmp/report" "mode sim, clock virtual, schedule gpipe, 2 ranks" \
-    "timeline: 5 iterations, 90 events, 52.500 s" \
+    "timeline: 5 iterations, 90 events, span 52.500 s" \
     "jetson-nano              32.500 s     22.500 s     20.000 s    61.9%    42.9%    38.1%" \
-    "raspberry-pi-4           31.250 s     12.500 s     21.250 s    59.5%    23.8%    40.5%" \
+    "raspberry-pi-4           31.250 s     22.500 s     21.250 s    59.5%    42.9%    40.5%" \
     "throughput: 0.7619 samples/s (5 iterations x 8 samples" "loss: 2.1000"
 else
   fail "report: exit status $?" "$tmp/err"
 fi
 "$baton" report "$run" --iterations 1: --last 2 >"$tmp/report" 2>"$tmp/err" ||
   fail "report-window: exit status $?" "$tmp/err"
-expect_out report-window "$tmp/report" "timeline: 4 iterations, 72 events" "61.9%" \
+expect_out report-window "$tmp/report" "timeline: 4 iterations, 72 events, span 44.500 s" \
+  "jetson-nano              26.000 s     18.000 s     18.500 s    58.4%    40.4%    41.6%" \
   "loss: 1.9500, accuracy 27.5% (mean of the last 2 iterations, 3..4)"
 
 # ---- plot script (only where Debian's h5py and matplotlib are installed) --

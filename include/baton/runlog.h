@@ -98,12 +98,19 @@ typedef struct bt_train_record {
   int64_t bytes_sent;    /* all ranks */
 } bt_train_record;
 
+/* Creates (or truncates) `path`, writes the root attributes and every dataset
+ * (empty), and starts SWMR writing: from then on the file on disk is always
+ * readable, also by `baton report` while the run goes on. NULL strings in
+ * meta are written as "". */
 int bt_runlog_create(bt_runlog **log, const char *path, const bt_runlog_meta *meta, bt_err *err);
+/* Once per run each. Write the layers before the first plan so that the
+ * last stage's end layer is known. */
 int bt_runlog_write_devices(bt_runlog *log, int n, const bt_runlog_device *devices, bt_err *err);
 int bt_runlog_write_layers(bt_runlog *log, const bt_model *m, bt_err *err);
 int bt_runlog_append_plan(bt_runlog *log, const bt_runlog_plan *plan, bt_err *err);
 /* Per-layer device seconds of one iteration, all layers of the model (each
- * measured on the rank that owns the layer; NAN where not measured). */
+ * measured on the rank that owns the layer; NAN where not measured; fwd or
+ * bwd NULL: none measured). n_layers is the same on every call. */
 int bt_runlog_append_timing(bt_runlog *log, int64_t iteration, int n_layers, const double *fwd,
                             const double *bwd, bt_err *err);
 int bt_runlog_append_events(bt_runlog *log, size_t n, const bt_event *events, bt_err *err);

@@ -97,18 +97,18 @@ static int by_rank_class_start(const void *pa, const void *pb) {
  * lowest lane that is free at its start (optimal: as few lanes as the most
  * events overlapping at one instant). Returns 0, or -1 out of memory. */
 static int assign_lanes(sel *s, size_t n) {
-  double *end = NULL;
+  long long *end = NULL; /* ns, as printed: the JSON decides what overlaps */
   int cap = 0, used = 0;
   for (size_t i = 0; i < n; i++) {
     if (i == 0 || s[i].ev->rank != s[i - 1].ev->rank || s[i].comm != s[i - 1].comm)
       used = 0; /* a new (rank, class) group */
     int k = 0;
-    while (k < used && end[k] > s[i].ev->t_start)
+    while (k < used && end[k] > llround(s[i].ev->t_start * 1e9))
       k++;
     if (k == used) {
       if (used == cap) {
         cap = cap ? 2 * cap : 4;
-        double *grown = realloc(end, (size_t)cap * sizeof *end);
+        long long *grown = realloc(end, (size_t)cap * sizeof *end);
         if (!grown) {
           free(end);
           return -1;
@@ -117,7 +117,7 @@ static int assign_lanes(sel *s, size_t n) {
       }
       used++;
     }
-    end[k] = s[i].ev->t_end;
+    end[k] = llround(s[i].ev->t_end * 1e9);
     s[i].lane = k;
   }
   free(end);
@@ -167,16 +167,26 @@ static void process_meta(FILE *f, int *count, const bt_runlog_data *d, int rank,
       thread_meta(f, count, rank, tid_of(lane, comm), lane, comm);
 }
 
+/* Microseconds with 3 decimals, from whole nanoseconds: exact decimal text,
+ * so that back-to-back ops (end == next start) stay exactly adjacent in the
+ * JSON instead of overlapping by a rounding error. */
+static void print_us(FILE *f, long long ns) {
+  unsigned long long a = ns < 0 ? 0ull - (unsigned long long)ns : (unsigned long long)ns;
+  fprintf(f, "%s%llu.%03llu", ns < 0 ? "-" : "", a / 1000, a % 1000);
+}
+
 static void event_json(FILE *f, int *count, const sel *s) {
   const bt_event *e = s->ev;
+  long long t0 = llround(e->t_start * 1e9), t1 = llround(e->t_end * 1e9);
   next(f, count);
-  fprintf(f,
-          "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
-          "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"micro_batch\":%d,\"iteration\":%lld,"
-          "\"bytes\":%lld,\"peer\":%d}}",
+  fprintf(f, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":",
           bt_event_kind_name((bt_event_kind)e->kind), s->comm ? "comm" : "compute", e->rank,
-          tid_of(s->lane, s->comm), e->t_start * 1e6, (e->t_end - e->t_start) * 1e6, e->micro,
-          (long long)e->iteration, (long long)e->bytes, e->peer);
+          tid_of(s->lane, s->comm));
+  print_us(f, t0);
+  fputs(",\"dur\":", f);
+  print_us(f, t1 > t0 ? t1 - t0 : 0);
+  fprintf(f, ",\"args\":{\"micro_batch\":%d,\"iteration\":%lld,\"bytes\":%lld,\"peer\":%d}}",
+          e->micro, (long long)e->iteration, (long long)e->bytes, e->peer);
 }
 
 static void run_info(FILE *f, const bt_runlog_data *d, const char *path) {
