@@ -183,8 +183,12 @@ static const key keys[] = {
                "Latency of every link in ms; -1 = each sending device's default."),
     ROW_DOUBLE("links.jitter_ms", links_jitter_ms, "0", 0, false, 1e5, false,
                "Standard deviation of the seeded latency jitter, ms."),
+    ROW_LIST("links.pairs", link_pairs, n_link_pairs, "",
+             "Per directed pair of ranks: \"SRC-DST:MBPS:MS\" bandwidth and latency, e.g. "
+             "[0-1:100:5, 1-0:100:5]."),
     ROW_BOOL("links.shared_medium", links_shared_medium, "false",
-             "All transfers share one channel (a Wi-Fi cell) instead of one link per pair."),
+             "All links share one channel (a Wi-Fi cell): each directed link of the pipeline "
+             "gets an equal time share (static, TDMA-like)."),
     ROW_DOUBLE("memory_scale", memory_scale, "1", 0, true, 1e6, false,
                "Multiplies every device's memory capacity (small experiments)."),
 };

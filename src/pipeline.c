@@ -313,10 +313,10 @@ static int init_links(bt_pipeline *p, bt_err *err) {
   if (p->cfg.clock == BT_CLOCK_NONE)
     return 0;
   if (!last_stage(p) &&
-      bt_link_init(&p->link_next, p->cfg.link, p->cfg.seed, p->rank, p->rank + 1, err) < 0)
+      bt_link_init(&p->link_next, p->cfg.link_next, p->cfg.seed, p->rank, p->rank + 1, err) < 0)
     return bt_err_prefix(err, "rank %d", p->rank);
   if (!first_stage(p) &&
-      bt_link_init(&p->link_prev, p->cfg.link, p->cfg.seed, p->rank, p->rank - 1, err) < 0)
+      bt_link_init(&p->link_prev, p->cfg.link_prev, p->cfg.seed, p->rank, p->rank - 1, err) < 0)
     return bt_err_prefix(err, "rank %d", p->rank);
   return 0;
 }

@@ -50,6 +50,19 @@ mpi 3 "$baton" train "${syn[@]}" --set devices=rpi4,rpi4,rpi5 --set partition=ex
   --set cuts=5,3
 expect_fail $? cut-order "cut 2 (3) must be greater"
 
+mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set links.pairs=0-1:fast:5
+expect_fail $? bad-link-pair "links.pairs entry '0-1:fast:5'"
+# A 1 Mbit/s, 50 ms link from rank 0 to 1 must slow the emulated iteration.
+mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set progress=never
+base=$(sed -n 's/^pipeline: \([0-9.]*\) s.*/\1/p' "$tmp/out")
+mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set progress=never --set links.pairs=0-1:1:50
+slow=$(sed -n 's/^pipeline: \([0-9.]*\) s.*/\1/p' "$tmp/out")
+if awk -v a="$base" -v b="$slow" 'BEGIN { exit !(b > a + 0.2) }'; then
+  echo "ok   slow-pair-link: $base -> $slow s/iteration"
+else
+  echo "FAIL slow-pair-link: $base -> $slow s/iteration"; fails=$((fails + 1))
+fi
+
 for clock in virtual wall none; do
   mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set clock=$clock --set schedule=gpipe \
     --set output="$tmp/$clock.h5"

@@ -53,6 +53,7 @@ static const char *const all_keys[] = {
     "links.bandwidth_mbps",
     "links.latency_ms",
     "links.jitter_ms",
+    "links.pairs",
     "links.shared_medium",
     "memory_scale",
 };

@@ -90,7 +90,7 @@ int main(int argc, char **argv) {
                             .opt = opt,
                             .seed = 3,
                             .clock = BT_CLOCK_VIRTUAL,
-                            .link = {1e9, 1e-4, 0},
+                            .link_next = {1e9, 1e-4, 0}, .link_prev = {1e9, 1e-4, 0},
                             .calibration_repeats = 1};
   bt_pipeline *p;
   if (bt_pipeline_create(&p, MPI_COMM_WORLD, &cfg, &err) < 0)

@@ -123,6 +123,10 @@ typedef struct bt_config {
   double links_latency_ms;
   /* links.jitter_ms: standard deviation of seeded latency jitter. Default 0. */
   double links_jitter_ms;
+  /* links.pairs: per directed pair overrides "SRC-DST:MBPS:MS" (ranks).
+   * Default empty. */
+  char link_pairs[BT_CONFIG_DEVICES_MAX][BT_CONFIG_DEVICE_NAME];
+  int n_link_pairs;
   /* links.shared_medium: all transfers share one channel (Wi-Fi). Default false. */
   bool links_shared_medium;
   /* memory_scale: multiplies every device's memory capacity. Default 1. */

@@ -39,7 +39,8 @@ typedef struct bt_pipeline_config {
   bt_sgd opt;
   uint64_t seed;
   bt_clock_mode clock;
-  bt_link_params link; /* this rank's outgoing links */
+  bt_link_params link_next; /* this rank -> rank + 1 (activations) */
+  bt_link_params link_prev; /* this rank -> rank - 1 (gradients) */
   bt_device_time_fn device_time;
   void *device_ctx;
   int calibration_repeats; /* per-layer calibration passes (min taken); 0 = none */

@@ -198,6 +198,38 @@ static int setup_device(run *r, bt_err *err) {
   return agree(r->comm, ok);
 }
 
+/* The link from this rank to `peer`: the sending device's default link, the
+ * global links.* overrides, then a links.pairs entry "SRC-DST:MBPS:MS" for
+ * this directed pair. With links.shared_medium every directed link of the
+ * pipeline gets an equal time share of one channel (TDMA-like: a static
+ * split, not dynamic contention). */
+static int link_params(const run *r, int peer, bt_link_params *out, bt_err *err) {
+  const bt_config *c = r->cfg;
+  const bt_device *d = &r->dev.dev;
+  out->bandwidth_bps =
+      (c->links_bandwidth_mbps > 0 ? c->links_bandwidth_mbps : d->link_bandwidth_mbps) * 1e6;
+  out->latency_s = (c->links_latency_ms >= 0 ? c->links_latency_ms : d->link_latency_ms) * 1e-3;
+  out->jitter_s = c->links_jitter_ms * 1e-3;
+  for (int i = 0; i < c->n_link_pairs; i++) {
+    int src, dst;
+    double mbps, ms;
+    char tail;
+    if (sscanf(c->link_pairs[i], "%d-%d:%lf:%lf%c", &src, &dst, &mbps, &ms, &tail) != 4 ||
+        src < 0 || dst < 0 || src >= r->size || dst >= r->size || !(mbps > 0) || !(ms >= 0))
+      return bt_err_set(err,
+                        "links.pairs entry '%s': expected SRC-DST:MBPS:MS with ranks in "
+                        "0..%d, bandwidth > 0 and latency >= 0, e.g. 0-1:100:5",
+                        c->link_pairs[i], r->size - 1);
+    if (src == r->rank && dst == peer) {
+      out->bandwidth_bps = mbps * 1e6;
+      out->latency_s = ms * 1e-3;
+    }
+  }
+  if (c->links_shared_medium && r->size > 1)
+    out->bandwidth_bps /= 2.0 * (r->size - 1);
+  return 0;
+}
+
 static int setup_pipeline(run *r, bt_err *err) {
   const bt_config *c = r->cfg;
   bt_pipeline_config pc = {
@@ -215,11 +247,9 @@ static int setup_pipeline(run *r, bt_err *err) {
   };
   if (bt_schedule_parse_kind(c->schedule, &pc.schedule, err) < 0)
     return -1;
-  const bt_device *d = &r->dev.dev;
-  pc.link.bandwidth_bps =
-      (c->links_bandwidth_mbps > 0 ? c->links_bandwidth_mbps : d->link_bandwidth_mbps) * 1e6;
-  pc.link.latency_s = (c->links_latency_ms >= 0 ? c->links_latency_ms : d->link_latency_ms) * 1e-3;
-  pc.link.jitter_s = c->links_jitter_ms * 1e-3;
+  if (link_params(r, r->rank + 1, &pc.link_next, err) < 0 ||
+      link_params(r, r->rank - 1, &pc.link_prev, err) < 0)
+    return -1;
   if (pc.clock != BT_CLOCK_NONE) {
     pc.device_time = device_time;
     pc.device_ctx = &r->dev;
