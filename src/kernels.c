@@ -91,7 +91,7 @@ typedef struct blk {
 /* always_inline with constant np/nv: each instance keeps its np x nv
  * accumulators in registers (the loops over p and j unroll completely). */
 __attribute__((target("avx512f"), always_inline)) static inline void ukr(const blk *b, const int np,
-                                                                        const int nv) {
+                                                                         const int nv) {
   __m512 acc[MAX_NP][MAX_NV];
   for (int p = 0; p < np; p++)
     for (int j = 0; j < nv; j++)
@@ -123,7 +123,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void ukr(const b
 
 #define UKR_NP(np)                                                                                 \
   __attribute__((target("avx512f"))) static void ukr_##np(const blk *b, int nv) {                  \
-    /* 24 accumulators at most: 6x4 or 8x3 (np > 6 only comes with nv <= 3) */                    \
+    /* 24 accumulators at most: 6x4 or 8x3 (np > 6 only comes with nv <= 3) */                     \
     if (nv >= 4)                                                                                   \
       ukr(b, np <= 6 ? np : 6, 4);                                                                 \
     else if (nv == 3)                                                                              \
@@ -143,8 +143,8 @@ UKR_NP(7)
 UKR_NP(8)
 
 static void run_block(const blk *b, int np, int nv) {
-  static void (*const fn[MAX_NP + 1])(const blk *, int) = {
-      NULL, ukr_1, ukr_2, ukr_3, ukr_4, ukr_5, ukr_6, ukr_7, ukr_8};
+  static void (*const fn[MAX_NP + 1])(const blk *, int) = {NULL,  ukr_1, ukr_2, ukr_3, ukr_4,
+                                                           ukr_5, ukr_6, ukr_7, ukr_8};
   fn[np](b, nv);
 }
 
@@ -232,6 +232,141 @@ static void conv_spatial(const bt_conv_geom *g, const float *in, const float *w,
   }
 }
 
+/* ---- weight gradient ----------------------------------------------------
+ * dW[tap][c][k] += sum over pixels of in[pixel + tap][c] * dout[pixel][k].
+ * Register block: 6 input channels (broadcast) x 4 vectors of output
+ * channels, summed over a list of pixel runs; the block of dW is loaded and
+ * stored once per list, not once per pixel. A run is `n` pixels stepping by
+ * istep/dstep floats (along a row of one sample, or across samples at one
+ * pixel in batch mode); runs only cover pixels whose tap is inside the
+ * image, so padding taps cost nothing. */
+
+enum { DW_NC = 6, DW_NV = 4, DW_MAX_RUNS = 64, DW_CHUNK_PIXELS = 512 };
+
+typedef struct runs {
+  const float *in[DW_MAX_RUNS]; /* input at the run's first pixel, tap applied */
+  const float *dy[DW_MAX_RUNS]; /* dout at the run's first pixel */
+  int nruns, n;
+  ptrdiff_t istep, dstep;
+} runs;
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+dw_ukr(const runs *r, int c0, int k0, float *dw, int K, const int nc, const int nv) {
+  __m512 acc[DW_NC][DW_NV];
+  for (int i = 0; i < nc; i++)
+    for (int j = 0; j < nv; j++)
+      acc[i][j] = _mm512_loadu_ps(dw + (size_t)i * K + 16 * j);
+  for (int q = 0; q < r->nruns; q++) {
+    const float *ip = r->in[q] + c0, *dp = r->dy[q] + k0;
+    for (int t = 0; t < r->n; t++, ip += r->istep, dp += r->dstep) {
+      __m512 gv[DW_NV];
+      for (int j = 0; j < nv; j++)
+        gv[j] = _mm512_loadu_ps(dp + 16 * j);
+      for (int i = 0; i < nc; i++) {
+        const __m512 a = _mm512_set1_ps(ip[i]);
+        for (int j = 0; j < nv; j++)
+          acc[i][j] = _mm512_fmadd_ps(a, gv[j], acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < nc; i++)
+    for (int j = 0; j < nv; j++)
+      _mm512_storeu_ps(dw + (size_t)i * K + 16 * j, acc[i][j]);
+}
+
+#define DW_NC_FN(nc)                                                                               \
+  __attribute__((target("avx512f"))) static void dw_##nc(const runs *r, int c0, int k0, float *dw, \
+                                                         int K, int nv) {                          \
+    switch (nv) {                                                                                  \
+    case 4:                                                                                        \
+      dw_ukr(r, c0, k0, dw, K, nc, 4);                                                             \
+      break;                                                                                       \
+    case 3:                                                                                        \
+      dw_ukr(r, c0, k0, dw, K, nc, 3);                                                             \
+      break;                                                                                       \
+    case 2:                                                                                        \
+      dw_ukr(r, c0, k0, dw, K, nc, 2);                                                             \
+      break;                                                                                       \
+    default:                                                                                       \
+      dw_ukr(r, c0, k0, dw, K, nc, 1);                                                             \
+      break;                                                                                       \
+    }                                                                                              \
+  }
+DW_NC_FN(1)
+DW_NC_FN(2)
+DW_NC_FN(3)
+DW_NC_FN(4)
+DW_NC_FN(5)
+DW_NC_FN(6)
+
+/* All channel blocks of one tap over one list of runs. */
+static void dw_runs(const runs *r, int C, int K, float *dw_tap) {
+  static void (*const fn[DW_NC + 1])(const runs *, int, int, float *, int,
+                                     int) = {NULL, dw_1, dw_2, dw_3, dw_4, dw_5, dw_6};
+  if (r->nruns == 0 || r->n == 0)
+    return;
+  for (int c0 = 0; c0 < C; c0 += DW_NC) {
+    const int nc = C - c0 < DW_NC ? C - c0 : DW_NC;
+    for (int k0 = 0; k0 < K; k0 += 16 * DW_NV) {
+      const int nv = (K - k0) / 16 < DW_NV ? (K - k0) / 16 : DW_NV;
+      fn[nc](r, c0, k0, dw_tap + (size_t)c0 * K + k0, K, nv);
+    }
+  }
+}
+
+void bt_conv_direct_dw(const bt_conv_geom *g, const float *in, const float *dout, float *dw) {
+  const int H = g->h, W = g->w, C = g->c, K = g->k, KH = g->kh, KW = g->kw, Pd = g->pad;
+  const int OH = g->oh, OW = g->ow;
+  const size_t in_s = (size_t)H * W * C, out_s = (size_t)OH * OW * K;
+  runs r;
+  if (batch_mode(g)) { /* runs across the samples, one per valid output pixel */
+    r.n = g->n;
+    r.istep = (ptrdiff_t)in_s;
+    r.dstep = (ptrdiff_t)out_s;
+    for (int ky = 0; ky < KH; ky++)
+      for (int kx = 0; kx < KW; kx++) {
+        r.nruns = 0;
+        for (int oy = 0; oy < OH; oy++)
+          for (int ox = 0; ox < OW; ox++) {
+            const int iy = oy - Pd + ky, ix = ox - Pd + kx;
+            if (iy < 0 || iy >= H || ix < 0 || ix >= W)
+              continue;
+            r.in[r.nruns] = in + ((size_t)iy * W + ix) * C;
+            r.dy[r.nruns] = dout + ((size_t)oy * OW + ox) * K;
+            r.nruns++;
+          }
+        dw_runs(&r, C, K, dw + (size_t)(ky * KW + kx) * C * K);
+      }
+    return;
+  }
+  /* Runs along output rows, in chunks of rows small enough to stay in L2
+   * while every tap and channel block passes over them. */
+  r.istep = C;
+  r.dstep = K;
+  const long rows = (long)g->n * OH;
+  int chunk = (DW_CHUNK_PIXELS + OW - 1) / OW;
+  chunk = chunk < DW_MAX_RUNS ? chunk : DW_MAX_RUNS;
+  for (long r0 = 0; r0 < rows; r0 += chunk) {
+    const long r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    for (int ky = 0; ky < KH; ky++)
+      for (int kx = 0; kx < KW; kx++) {
+        const int ox0 = Pd - kx > 0 ? Pd - kx : 0;
+        const int ox1 = W + Pd - kx < OW ? W + Pd - kx : OW;
+        r.n = ox1 - ox0;
+        r.nruns = 0;
+        for (long q = r0; q < r1; q++) {
+          const int b = (int)(q / OH), oy = (int)(q % OH), iy = oy - Pd + ky;
+          if (iy < 0 || iy >= H)
+            continue;
+          r.in[r.nruns] = in + b * in_s + ((size_t)iy * W + (ox0 - Pd + kx)) * C;
+          r.dy[r.nruns] = dout + b * out_s + ((size_t)oy * OW + ox0) * K;
+          r.nruns++;
+        }
+        dw_runs(&r, C, K, dw + (size_t)(ky * KW + kx) * C * K);
+      }
+  }
+}
+
 void bt_conv_direct(const bt_conv_geom *g, const float *in, const float *w, const float *bias,
                     float *out, float *ws) {
   if (batch_mode(g))
@@ -245,6 +380,10 @@ void bt_conv_direct(const bt_conv_geom *g, const float *in, const float *w, cons
 void bt_conv_direct(const bt_conv_geom *g, const float *in, const float *w, const float *bias,
                     float *out, float *ws) {
   (void)g, (void)in, (void)w, (void)bias, (void)out, (void)ws;
+}
+
+void bt_conv_direct_dw(const bt_conv_geom *g, const float *in, const float *dout, float *dw) {
+  (void)g, (void)in, (void)dout, (void)dw;
 }
 
 #endif

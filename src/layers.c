@@ -196,13 +196,13 @@ static int conv_is_pointwise(const bt_layer *l) {
  * input gradient: the convolution of dout with the flipped, transposed
  * weights and the complementary padding kh-1-pad. */
 static bt_conv_geom conv_geom(const bt_layer *l, int batch) {
-  return (bt_conv_geom){batch, l->in.h, l->in.w, l->in.c, l->out.c, l->kh,
-                        l->kw,  l->pad,  l->out.h, l->out.w};
+  return (bt_conv_geom){batch, l->in.h, l->in.w, l->in.c,  l->out.c,
+                        l->kh, l->kw,   l->pad,  l->out.h, l->out.w};
 }
 
 static bt_conv_geom conv_geom_back(const bt_layer *l, int batch) {
-  return (bt_conv_geom){batch, l->out.h, l->out.w, l->out.c, l->in.c, l->kh,
-                        l->kw, l->kh - 1 - l->pad, l->in.h, l->in.w};
+  return (bt_conv_geom){batch, l->out.h, l->out.w,           l->out.c, l->in.c,
+                        l->kh, l->kw,    l->kh - 1 - l->pad, l->in.h,  l->in.w};
 }
 
 /* Direct convolution when the CPU has AVX-512 and the layer is stride 1 with
@@ -218,6 +218,11 @@ static int conv_direct_bwd(const bt_layer *l, int batch) {
   const bt_conv_geom g = conv_geom_back(l, batch);
   return l->kind == BT_CONV2D && l->stride == 1 && !conv_is_pointwise(l) && l->out.c >= 16 &&
          bt_conv_direct_ok(&g);
+}
+
+/* Forward, weight and input gradients all direct: no im2col scratch. */
+static int conv_direct_all(const bt_layer *l, int batch) {
+  return conv_direct_fwd(l, batch) && conv_direct_bwd(l, batch);
 }
 
 static size_t residual_max_elems(const bt_layer *l) {
@@ -250,10 +255,12 @@ size_t bt_layer_aux_floats(const bt_layer *l, int batch) {
 
 size_t bt_layer_ws_floats(const bt_layer *l, int batch) {
   if (l->kind == BT_CONV2D && !conv_is_pointwise(l)) {
-    /* im2col chunk (forward without the direct kernel; weight gradient),
-     * or the flipped weights plus the direct kernel's scratch (input
-     * gradient); the two are used one after the other. */
-    size_t n = conv_chunk(l, batch) * l->out.h * l->out.w * l->kh * l->kw * l->in.c;
+    /* im2col chunk (unless every pass is direct), the direct kernel's
+     * padded rows (forward), the flipped weights plus padded rows (input
+     * gradient); they are used one after the other. */
+    size_t n = conv_direct_all(l, batch)
+                   ? 0
+                   : conv_chunk(l, batch) * l->out.h * l->out.w * l->kh * l->kw * l->in.c;
     if (conv_direct_fwd(l, batch)) {
       const bt_conv_geom g = conv_geom(l, batch);
       size_t d = bt_conv_direct_ws(&g);
@@ -490,20 +497,25 @@ static void conv_backward(const bt_layer *l, const float *P, const float *in, co
       bt_sgemm(false, true, batch * pix, C, K, 1.0f, dout, K, w, K, 0.0f, din, C);
     return;
   }
-  const int chunk = (int)conv_chunk(l, batch);
-  const size_t in_s = bt_shape_elems(l->in), out_s = bt_shape_elems(l->out);
-  const int direct = din && conv_direct_bwd(l, batch);
-  for (int b0 = 0; b0 < batch; b0 += chunk) {
-    int nb = batch - b0 < chunk ? batch - b0 : chunk;
-    const float *g = dout + b0 * out_s;
-    im2col(l, in + b0 * in_s, nb, x->ws);
-    bt_sgemm(true, false, KKC, K, nb * pix, 1.0f, x->ws, KKC, g, K, 1.0f, dw, K);
-    if (din && !direct) { /* the lowered input is spent: reuse its scratch for dcol */
-      bt_sgemm(false, true, nb * pix, KKC, K, 1.0f, g, K, w, K, 0.0f, x->ws, KKC);
-      col2im(l, x->ws, nb, din + b0 * in_s);
+  if (conv_direct_all(l, batch)) { /* same kernel family: no lowering at all */
+    const bt_conv_geom g = conv_geom(l, batch);
+    bt_conv_direct_dw(&g, in, dout, dw);
+  } else {
+    const int chunk = (int)conv_chunk(l, batch);
+    const size_t in_s = bt_shape_elems(l->in), out_s = bt_shape_elems(l->out);
+    const int lowered_din = din && !conv_direct_bwd(l, batch);
+    for (int b0 = 0; b0 < batch; b0 += chunk) {
+      int nb = batch - b0 < chunk ? batch - b0 : chunk;
+      const float *g = dout + b0 * out_s;
+      im2col(l, in + b0 * in_s, nb, x->ws);
+      bt_sgemm(true, false, KKC, K, nb * pix, 1.0f, x->ws, KKC, g, K, 1.0f, dw, K);
+      if (lowered_din) { /* the lowered input is spent: reuse its scratch for dcol */
+        bt_sgemm(false, true, nb * pix, KKC, K, 1.0f, g, K, w, K, 0.0f, x->ws, KKC);
+        col2im(l, x->ws, nb, din + b0 * in_s);
+      }
     }
   }
-  if (direct) { /* din = conv(dout, flipped W): no dcol, no scatter-add */
+  if (din && conv_direct_bwd(l, batch)) { /* din = conv(dout, flipped W): no dcol, no scatter */
     const bt_conv_geom g = conv_geom_back(l, batch);
     float *wf = x->ws;
     bt_conv_flip_weights(l->kh, l->kw, C, K, w, wf);

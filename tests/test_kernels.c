@@ -114,7 +114,10 @@ static void check_conv(int units, int kernel, int stride, int pad, bt_shape in, 
 }
 
 /* Spatial blocking: 9-wide rows (6 + 3 pixels), 48 and 80 output channels
- * (3 vectors; 4 + 1 vectors), top/bottom kernel rows skipped. */
+ * (3 vectors; 4 + 1 vectors), 16 and 32 input channels (weight-gradient
+ * blocks of 6 + remainders), top/bottom kernel rows skipped; 13-wide rows x
+ * 7 rows x 12 samples spans several weight-gradient row chunks. */
+Test(kernels, conv_spatial_many_rows) { check_conv(16, 3, 1, 1, (bt_shape){7, 13, 16}, 12); }
 Test(kernels, conv_spatial_remainders) { check_conv(48, 3, 1, 1, (bt_shape){6, 9, 16}, 2); }
 Test(kernels, conv_spatial_k80) { check_conv(80, 3, 1, 1, (bt_shape){7, 13, 32}, 2); }
 Test(kernels, conv_spatial_5x5_pad2) { check_conv(32, 5, 1, 2, (bt_shape){8, 7, 16}, 2); }
@@ -133,6 +136,10 @@ Test(kernels, conv_batch_3x2_5x5) { check_conv(16, 5, 1, 2, (bt_shape){3, 2, 16}
 Test(kernels, conv_im2col_stride2) { check_conv(32, 3, 2, 1, (bt_shape){8, 8, 16}, 3); }
 Test(kernels, conv_im2col_thin_input) { check_conv(32, 3, 1, 1, (bt_shape){6, 6, 3}, 3); }
 Test(kernels, conv_im2col_odd_units) { check_conv(20, 3, 1, 1, (bt_shape){5, 5, 16}, 3); }
+/* Forward direct, input gradient lowered (24 input channels are not whole
+ * vectors for the flipped convolution). */
+Test(kernels, conv_direct_fwd_only) { check_conv(32, 3, 1, 1, (bt_shape){6, 7, 24}, 3); }
+Test(kernels, conv_direct_fwd_only_small) { check_conv(32, 3, 1, 1, (bt_shape){2, 2, 24}, 3); }
 Test(kernels, conv_pointwise) { check_conv(32, 1, 1, 0, (bt_shape){4, 4, 16}, 3); }
 
 /* Balanced im2col chunks: 10 samples of a 64x64 image do not fit one chunk. */

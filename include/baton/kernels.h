@@ -31,6 +31,9 @@ size_t bt_conv_direct_ws(const bt_conv_geom *g);
 void bt_conv_direct(const bt_conv_geom *g, const float *in, const float *w, const float *bias,
                     float *out, float *ws);
 
+/* dw += dL/dW of that convolution for upstream gradient dout (no bias). */
+void bt_conv_direct_dw(const bt_conv_geom *g, const float *in, const float *dout, float *dw);
+
 /* The weights of the input-gradient convolution of a stride-1 convolution:
  * wf[ky][kx][k][c] = w[kh-1-ky][kw-1-kx][c][k]. dL/din is then the
  * convolution of dL/dout with wf, padding kh-1-pad (see layers.c). */
