@@ -367,8 +367,7 @@ int bt_pipeline_create(bt_pipeline **out, MPI_Comm comm, const bt_pipeline_confi
     bt_err_set(err, "rank %d: out of memory", p->rank);
     goto fail;
   }
-  if (alloc_slots(p, err) < 0 || build_slot_sequences(p, err) < 0 || init_links(p, err) < 0 ||
-      calibrate(p, err) < 0)
+  if (alloc_slots(p, err) < 0 || build_slot_sequences(p, err) < 0 || init_links(p, err) < 0)
     goto fail;
   rc = 0;
 fail:
@@ -376,6 +375,23 @@ fail:
     bt_err_set(err, "rank %d: out of memory creating the pipeline", p->rank);
   /* Every rank learns whether all succeeded, so that none waits forever for
    * a rank that gave up. */
+  /* Ranks on one node calibrate one after the other: ranks sharing cores,
+   * caches and memory bandwidth would otherwise disturb each other's figures. */
+  MPI_Comm node;
+  int node_rank = 0, node_size = 1;
+  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, p->rank, MPI_INFO_NULL, &node) ==
+      MPI_SUCCESS) {
+    MPI_Comm_rank(node, &node_rank);
+    MPI_Comm_size(node, &node_size);
+    for (int turn = 0; turn < node_size; turn++) {
+      if (turn == node_rank && rc == 0 && calibrate(p, err) < 0)
+        rc = -1;
+      MPI_Barrier(node);
+    }
+    MPI_Comm_free(&node);
+  } else if (rc == 0 && calibrate(p, err) < 0) {
+    rc = -1;
+  }
   int ok = rc == 0, all_ok = 0;
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, comm);
   if (!all_ok) {
