@@ -243,7 +243,7 @@ static int setup_pipeline(run *r, bt_err *err) {
       .clock = strcmp(c->clock, "virtual") == 0 ? BT_CLOCK_VIRTUAL
                : strcmp(c->clock, "wall") == 0  ? BT_CLOCK_WALL
                                                 : BT_CLOCK_NONE,
-      .calibration_repeats = strcmp(c->clock, "none") == 0 ? 0 : 10,
+      .calibration_repeats = strcmp(c->clock, "none") == 0 ? 0 : 20,
   };
   if (bt_schedule_parse_kind(c->schedule, &pc.schedule, err) < 0)
     return -1;
