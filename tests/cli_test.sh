@@ -67,6 +67,10 @@ expect_fail model-file-shrinks "shrink.yaml:4" "$baton" train "${syn[@]}" --set 
 printf 'input: 28x28x1\nclasses: 10\nlayers:\n  - convolution: {out: 4}\n' >"$tmp/kind.yaml"
 expect_fail model-file-unknown-kind "convolution" "$baton" models --layers "$tmp/kind.yaml"
 
+expect_ok train-run-file "run file: $tmp/sp.h5" "$baton" train "${syn[@]}" --set model=mlp \
+  --set data.shape=8x8x1 --set iterations=3 --set output="$tmp/sp.h5"
+expect_ok report-single-process "3 train rows" "$baton" report "$tmp/sp.h5"
+
 expect_fail unknown-command "unknown command" "$baton" frobnicate
 expect_fail missing-file "no-such.yaml" "$baton" train "$tmp/no-such.yaml"
 expect_fail malformed-yaml "malformed.yaml:" "$baton" train "$fx/malformed.yaml"

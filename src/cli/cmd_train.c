@@ -14,10 +14,14 @@
 #include "baton/gemm.h"
 #include "baton/model.h"
 #include "baton/modelfile.h"
+#include "baton/runlog.h"
 #include "baton/train.h"
+#include "baton_build.h"
 #include "cli.h"
+#include "git_version.h"
 #include "train_common.h"
 #include <mpi.h>
+#include <time.h>
 
 static void train_usage(FILE *f) {
   fprintf(f, "usage: baton train [EXPERIMENT.yaml] [--set key=value]...\n\n"
@@ -108,6 +112,51 @@ static void format_eta(double seconds, char *buf, size_t len) {
 
 /* Runs the epochs; returns 0. Progress goes to stdout: a live line on a
  * terminal, one line per epoch otherwise. */
+/* The single-process run file: the same layout as a pipeline run's, with one
+ * stage on the host, per-layer host times (thread CPU) and the loss curve. */
+static int open_runlog(session *s, bt_runlog **log, bt_err *err) {
+  const bt_config *c = &s->cfg;
+  *log = NULL;
+  if (!c->output[0])
+    return 0;
+  char *effective = NULL;
+  size_t len = 0;
+  FILE *mem = open_memstream(&effective, &len);
+  if (mem) {
+    bt_config_dump_yaml(c, mem);
+    fclose(mem);
+  }
+  bt_runlog_meta meta = {.baton_version = BT_VERSION,
+                         .git_describe = BT_GIT_DESCRIBE,
+                         .config_yaml = c->yaml_text ? c->yaml_text : "",
+                         .effective_config_yaml = effective ? effective : "",
+                         .mode = "train",
+                         .clock = "none",
+                         .world_size = 1,
+                         .seed = c->seed,
+                         .blis_arch = bt_gemm_arch(),
+                         .blis_threads = bt_gemm_threads(),
+                         .schedule = "single-process",
+                         .micro_batches = c->micro_batches,
+                         .batch_size = c->batch_size};
+  const int first = 0, rank = 0;
+  bt_runlog_plan plan = {.iteration = 0,
+                         .n_stages = 1,
+                         .first_layer = &first,
+                         .device_rank = &rank,
+                         .predicted_iteration_time = NAN,
+                         .partitioner = "single-process"};
+  bt_runlog_device host = {0, "host", 0, 0, 0};
+  int rc = bt_runlog_create(log, c->output, &meta, err) == 0 &&
+                   bt_runlog_write_devices(*log, 1, &host, err) == 0 &&
+                   bt_runlog_write_layers(*log, &s->model, err) == 0 &&
+                   bt_runlog_append_plan(*log, &plan, err) == 0 && bt_runlog_flush(*log, err) == 0
+               ? 0
+               : -1;
+  free(effective);
+  return rc;
+}
+
 static int run(session *s) {
   const bt_config *c = &s->cfg;
   const int batch = c->batch_size;
@@ -124,6 +173,16 @@ static int run(session *s) {
          "%d micro-batches, %ld steps, BLIS %s x%d\n",
          s->model.name, s->model.n_params, c->data_name, s->train.n, s->test.n, batch,
          c->micro_batches, total_steps, bt_gemm_arch(), bt_gemm_threads());
+  bt_runlog *log = NULL;
+  bt_err lerr;
+  if (open_runlog(s, &log, &lerr) < 0)
+    return bt_cli_fail("train", "%s", lerr.msg);
+  const int L = s->model.n_layers;
+  double *lf = calloc((size_t)L, sizeof(double)), *lb = calloc((size_t)L, sizeof(double));
+  if (log) { /* per-layer host times for the run file */
+    s->stage.layer_fwd_s = lf, s->stage.layer_bwd_s = lb;
+    s->stage.timing_clock = CLOCK_THREAD_CPUTIME_ID;
+  }
   long step = 0;
   const double t_start = bt_cli_now();
   double last_print = 0;
@@ -136,7 +195,22 @@ static int run(session *s) {
     for (long b = 0; b < steps_per_epoch && step < total_steps; b++, step++) {
       bt_data_gather(&s->train, s->order + b * batch, batch, s->xb, s->yb);
       bt_step_stats st;
+      const double t_step = bt_cli_now();
+      if (log) {
+        memset(lf, 0, sizeof(double) * L);
+        memset(lb, 0, sizeof(double) * L);
+      }
       bt_train_step(&s->stage, &opt, s->xb, s->yb, batch, c->micro_batches, c->seed, step, &st);
+      if (log) {
+        const double took = bt_cli_now() - t_step;
+        bt_train_record rec = {step, st.loss, (double)st.correct / st.samples, took, took, 0};
+        bt_err err;
+        if (bt_runlog_append_timing(log, step, L, lf, lb, &err) < 0 ||
+            bt_runlog_append_train(log, &rec, &err) < 0 || bt_runlog_flush(log, &err) < 0) {
+          bt_cli_fail("train", "%s", err.msg);
+          return 1;
+        }
+      }
       loss_sum += st.loss * st.samples;
       correct += st.correct;
       seen += st.samples;
@@ -166,7 +240,14 @@ static int run(session *s) {
     fflush(stdout);
   }
   printf("test accuracy %.1f%%\n", 100.0 * test.correct / (test.samples ? test.samples : 1));
-  return 0;
+  s->stage.layer_fwd_s = s->stage.layer_bwd_s = NULL;
+  int rc = 0;
+  if (log && bt_runlog_close(&log, &lerr) < 0)
+    rc = bt_cli_fail("train", "%s", lerr.msg);
+  else if (log || c->output[0])
+    printf("run file: %s\n", c->output);
+  free(lf), free(lb);
+  return rc;
 }
 
 /* mpirun (Open MPI), srun/MPICH (PMI) or PMIx-based launchers set these. */

@@ -20,6 +20,7 @@
 #include "baton/runlog.h"
 #include "baton_build.h"
 #include "cli.h"
+#include "git_version.h"
 #include "train_common.h"
 
 typedef struct device_ctx {
@@ -278,7 +279,7 @@ static int open_runlog(run *r, bt_err *err) {
       fclose(mem);
     }
     bt_runlog_meta meta = {.baton_version = BT_VERSION,
-                           .git_describe = "",
+                           .git_describe = BT_GIT_DESCRIBE,
                            .config_yaml = c->yaml_text ? c->yaml_text : "",
                            .effective_config_yaml = effective ? effective : "",
                            .mode = "train",
