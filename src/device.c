@@ -630,7 +630,10 @@ double bt_device_op_analytic(const bt_device *d, const bt_device_op *op, long it
 double bt_device_op_mapped(const bt_device *d, const bt_device *host, const bt_device_op *op,
                            double host_seconds, long iteration) {
   double td = bt_device_op_busy(d, op, iteration), th = bt_device_op_busy(host, op, 0);
-  double busy = th > 0 && host_seconds > 0 ? host_seconds * td / th : td;
+  /* Memory-bound ops keep their analytic time, as in bt_device_layer_mapped. */
+  double busy = bt_op_class_compute_bound(op->cls) && th > 0 && host_seconds > 0
+                    ? host_seconds * td / th
+                    : td;
   return d->op_overhead_us * 1e-6 + busy;
 }
 
@@ -738,6 +741,16 @@ bt_layer_time bt_device_layer_mapped(const bt_device *d, const bt_device *host, 
   bt_layer_time h = bt_device_layer_analytic(host, l, batch, pass, 0);
   double busy_d = t.total - t.overhead, busy_h = h.total - h.overhead;
   if (!(busy_h > 0) || !(host_seconds > 0))
+    return t;
+  /* A layer the host model finds memory-bound (ReLU, pooling, batch-norm,
+   * the add of a residual) keeps its analytic device time: its host time
+   * says more about the host's caches and its neighbours' memory traffic
+   * than about the device, whose bandwidth model already decides it. */
+  double h_compute = 0;
+  for (int c = 0; c < BT_OP_CLASS_COUNT; c++)
+    if (bt_op_class_compute_bound((bt_op_class)c))
+      h_compute += h.by_class[c];
+  if (h_compute < 0.5 * busy_h)
     return t;
   double scale = host_seconds / busy_h; /* measured over modelled host time */
   for (int c = 0; c < BT_OP_CLASS_COUNT; c++)

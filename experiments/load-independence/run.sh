@@ -3,11 +3,11 @@
 # devices on this 2-core machine report the same emulated iteration time
 # (within 3%) with and without a CPU-heavy process (a BLIS sgemm loop, the
 # kind of neighbour that slows a GEMM by 20%) running beside them.
-#   experiments/load-independence/run.sh [ITERATIONS]
+#   experiments/load-independence/run.sh [ITERATIONS]   (BATON=path picks the binary)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/common.sh
-baton=./build/baton
+baton=${BATON:-./build/baton}
 iters=${1:-4}
 devices8=jetson-nano,rpi4,jetson-xavier-nx,rpi5,jetson-tx2,rpi3bplus,jetson-orin-nano,x86-laptop
 

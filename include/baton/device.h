@@ -24,8 +24,10 @@
  *   device_time = op_overhead + host_seconds * T_d(op) / T_host(op)
  *
  * which for a large compute-bound op is host_time * host_rate / device_rate
- * / util, and for a memory-bound op the bandwidth ratio: FLOP rates never
- * enter it. A layer is a list of ops (a residual block: its sub-layers' ops
+ * / util. Memory-bound ops (and layers whose host model is mostly
+ * memory-bound) keep their analytic time T_d: their host time measures the
+ * host's caches and neighbours more than anything about the device. A layer
+ * is a list of ops (a residual block: its sub-layers' ops
  * plus the add), each op paying the overhead once. */
 #ifndef BATON_DEVICE_H
 #define BATON_DEVICE_H
