@@ -66,7 +66,7 @@ static void measure_host(MPI_Comm world, bt_host_rates *h) {
   MPI_Comm_rank(node, &node_rank);
   double rates[2] = {0, 0};
   if (node_rank == 0) {
-    const int n = 384;
+    const int n = 256; /* the size the calibration re-measures beside the layers */
     float *a = calloc((size_t)n * n, sizeof(float)), *b = calloc((size_t)n * n, sizeof(float));
     float *c = calloc((size_t)n * n, sizeof(float));
     double best = INFINITY;
@@ -252,6 +252,7 @@ static int setup_pipeline(run *r, bt_err *err) {
       link_params(r, r->rank - 1, &pc.link_prev, err) < 0)
     return -1;
   if (pc.clock != BT_CLOCK_NONE) {
+    pc.host_gemm_gflops = r->dev.host.rate[BT_OP_CONV];
     pc.device_time = device_time;
     pc.device_ctx = &r->dev;
     size_t n = 0;
