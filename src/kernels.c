@@ -34,37 +34,21 @@ enum { NP_SPATIAL = 6, NV_SPATIAL = 4, NP_BATCH = 8, NV_BATCH = 3 };
 
 static int batch_mode(const bt_conv_geom *g) { return g->oh * g->ow <= BATCH_MODE_PIXELS; }
 
-static int force_generic;
-
-void bt_kernels_force_generic(int on) { force_generic = on; }
-
-int bt_kernels_avx512(void) {
+int bt_conv_direct_ok(const bt_conv_geom *g) {
 #if BT_HAVE_X86
   static int have = -1;
   if (have < 0) {
     __builtin_cpu_init();
     have = __builtin_cpu_supports("avx512f") ? 1 : 0;
   }
-  return have && !force_generic;
+  /* Square kernels only: the input-gradient convolution then has one
+   * padding for both axes. Channels in whole vectors. */
+  return have && g->k % 16 == 0 && g->kh == g->kw && g->pad < g->kh &&
+         g->oh == g->h + 2 * g->pad - g->kh + 1 && g->ow == g->w + 2 * g->pad - g->kw + 1;
 #else
+  (void)g;
   return 0;
 #endif
-}
-
-/* Square kernels only: the input-gradient convolution then has one padding
- * for both axes. */
-static int stride1_square(const bt_conv_geom *g) {
-  return g->kh == g->kw && g->pad < g->kh && g->oh == g->h + 2 * g->pad - g->kh + 1 &&
-         g->ow == g->w + 2 * g->pad - g->kw + 1;
-}
-
-int bt_conv_direct_ok(const bt_conv_geom *g) {
-  /* Output channels in whole vectors. */
-  return bt_kernels_avx512() && g->k % 16 == 0 && stride1_square(g);
-}
-
-int bt_conv_thin_ok(const bt_conv_geom *g) {
-  return bt_kernels_avx512() && g->k < 16 && stride1_square(g);
 }
 
 size_t bt_conv_direct_ws(const bt_conv_geom *g) {

@@ -12,8 +12,6 @@ int bt_cmd_bench(int argc, char **argv);
 int bt_cmd_devices(int argc, char **argv);
 int bt_cmd_trace(int argc, char **argv);
 int bt_cmd_report(int argc, char **argv);
-int bt_cmd_profile(int argc, char **argv);
-int bt_cmd_predictor(int argc, char **argv);
 
 /* Prints "baton <cmd>: <message>" on stderr; returns 1. */
 int bt_cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
