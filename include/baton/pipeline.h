@@ -110,6 +110,10 @@ int bt_pipeline_evaluate(bt_pipeline *p, const float *x, const int32_t *y, long 
 
 void bt_pipeline_free(bt_pipeline **p);
 
+/* A barrier whose waiting ranks sleep (2 ms polls) rather than spin, for
+ * moments when one rank measures and the others must not disturb it. */
+void bt_mpi_quiet_barrier(MPI_Comm comm);
+
 /* Cuts for `n_stages` stages with equal layer counts (the earlier stages get
  * the extra layers). cuts has n_stages + 1 entries. */
 int bt_partition_even(int n_layers, int n_stages, int *cuts, bt_err *err);

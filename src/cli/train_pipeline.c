@@ -88,6 +88,7 @@ static void measure_host(MPI_Comm world, bt_host_rates *h) {
     rates[1] = 2.0 * (double)bytes / best / 1e9; /* read + write */
     free(a), free(b), free(c), free(src), free(dst);
   }
+  bt_mpi_quiet_barrier(node); /* the others sleep while node rank 0 measures */
   MPI_Bcast(rates, 2, MPI_DOUBLE, 0, node);
   if (getenv("BATON_DEBUG_CAL") && node_rank == 0)
     fprintf(stderr, "host rates: sgemm %.2f GFLOP/s, mem %.2f GB/s\n", rates[0], rates[1]);
