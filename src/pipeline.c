@@ -483,6 +483,13 @@ static int post_act_recv(bt_pipeline *p, int slot, bt_err *err) {
   return 0;
 }
 
+/* Passes an MPI call's result through, counting the host CPU it spent since
+ * cpu0 as waiting (Open MPI spins while it waits), not as overhead. */
+static int waited(bt_pipeline *p, int rc, double cpu0) {
+  p->st.cpu_overhead -= thread_cpu_now() - cpu0;
+  return rc;
+}
+
 static int wait_recv(bt_pipeline *p, MPI_Request *rq, const float *msg, size_t elems, int micro,
                      int peer, bt_err *err) {
   const double t0 = p->now, w0 = mono_now(), c0 = thread_cpu_now();
@@ -560,8 +567,9 @@ static int run_backward(bt_pipeline *p, const bt_op *op, const float *x, const i
   memcpy(before, p->host_bwd, sizeof before);
   const float *in = first_stage(p) ? x + (size_t)op->micro * p->in_elems : p->in_buf[op->slot];
   float *din = first_stage(p) ? NULL : p->din_buf[op->slot];
+  const double c_w = thread_cpu_now();
   if (din) /* the previous input gradient from this slot must have left */
-    MPI_TRY(p, err, MPI_Wait(&p->rq_grad_send[op->slot], MPI_STATUS_IGNORE));
+    MPI_TRY(p, err, waited(p, MPI_Wait(&p->rq_grad_send[op->slot], MPI_STATUS_IGNORE), c_w));
   ex->micro = op->micro;
   ex->labels = last_stage(p) ? y + (size_t)op->micro * p->mb : NULL;
   compute_begin(p, &cpu0, &wall0);
@@ -581,7 +589,8 @@ static int run_op(bt_pipeline *p, const bt_op *op, const float *x, const int32_t
   case BT_OP_FORWARD:
     return run_forward(p, op, x, y, ex, err);
   case BT_OP_SEND_ACT:
-    MPI_TRY(p, err, MPI_Wait(&p->rq_act_send[k], MPI_STATUS_IGNORE));
+    const double c_w = thread_cpu_now();
+    MPI_TRY(p, err, waited(p, MPI_Wait(&p->rq_act_send[k], MPI_STATUS_IGNORE), c_w));
     memcpy(p->act_send[k], p->slot_out[k], p->out_elems * sizeof(float));
     return send_msg(p, p->act_send[k], p->out_elems, op->micro, p->rank + 1, TAG_ACT, &p->link_next,
                     &p->rq_act_send[k], err);
@@ -640,11 +649,13 @@ int bt_pipeline_step(bt_pipeline *p, const float *x, const int32_t *y, long step
     if (run_op(p, &p->sched.ops[r][i], x, y, &ex, err) < 0)
       return -1;
   for (int k = 0; k < p->slots; k++) {
-    MPI_TRY(p, err, MPI_Wait(&p->rq_act_send[k], MPI_STATUS_IGNORE));
-    MPI_TRY(p, err, MPI_Wait(&p->rq_grad_send[k], MPI_STATUS_IGNORE));
+    const double c_w = thread_cpu_now();
+    MPI_TRY(p, err, waited(p, MPI_Wait(&p->rq_act_send[k], MPI_STATUS_IGNORE), c_w));
+    MPI_TRY(p, err, waited(p, MPI_Wait(&p->rq_grad_send[k], MPI_STATUS_IGNORE), c_w));
   }
   double local[2] = {ex.loss_sum, (double)ex.correct}, total[2] = {0, 0};
-  MPI_TRY(p, err, MPI_Reduce(local, total, 2, MPI_DOUBLE, MPI_SUM, 0, p->comm));
+  const double c_r = thread_cpu_now();
+  MPI_TRY(p, err, waited(p, MPI_Reduce(local, total, 2, MPI_DOUBLE, MPI_SUM, 0, p->comm), c_r));
   p->st.loss = total[0] / p->cfg.batch_size;
   p->st.correct = (long)total[1];
   p->st.iter_time = p->now - clock0;
