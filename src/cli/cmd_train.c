@@ -119,26 +119,8 @@ static int open_runlog(session *s, bt_runlog **log, bt_err *err) {
   *log = NULL;
   if (!c->output[0])
     return 0;
-  char *effective = NULL;
-  size_t len = 0;
-  FILE *mem = open_memstream(&effective, &len);
-  if (mem) {
-    bt_config_dump_yaml(c, mem);
-    fclose(mem);
-  }
-  bt_runlog_meta meta = {.baton_version = BT_VERSION,
-                         .git_describe = BT_GIT_DESCRIBE,
-                         .config_yaml = c->yaml_text ? c->yaml_text : "",
-                         .effective_config_yaml = effective ? effective : "",
-                         .mode = "train",
-                         .clock = "none",
-                         .world_size = 1,
-                         .seed = c->seed,
-                         .blis_arch = bt_gemm_arch(),
-                         .blis_threads = bt_gemm_threads(),
-                         .schedule = "single-process",
-                         .micro_batches = c->micro_batches,
-                         .batch_size = c->batch_size};
+  char *effective;
+  bt_runlog_meta meta = bt_cli_runlog_meta(c, "none", "single-process", 1, &effective);
   const int first = 0, rank = 0;
   bt_runlog_plan plan = {.iteration = 0,
                          .n_stages = 1,

@@ -1,7 +1,13 @@
 /* cli/train_common: data loading shared by both training paths. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "train_common.h"
+
+#include "baton/gemm.h"
+#include "baton_build.h"
+#include "git_version.h"
 
 int bt_cli_load_data(const bt_config *c, bt_dataset *train, bt_dataset *test, bt_err *err) {
   if (strcmp(c->data_name, "synthetic") == 0) {
@@ -27,4 +33,28 @@ int bt_cli_load_data(const bt_config *c, bt_dataset *train, bt_dataset *test, bt
                       "batch_size",
                       train->n, c->batch_size);
   return 0;
+}
+
+bt_runlog_meta bt_cli_runlog_meta(const bt_config *cfg, const char *clock, const char *schedule,
+                                  int world_size, char **effective) {
+  size_t len = 0;
+  *effective = NULL;
+  FILE *mem = open_memstream(effective, &len);
+  if (mem) {
+    bt_config_dump_yaml(cfg, mem);
+    fclose(mem);
+  }
+  return (bt_runlog_meta){.baton_version = BT_VERSION,
+                          .git_describe = BT_GIT_DESCRIBE,
+                          .config_yaml = cfg->yaml_text ? cfg->yaml_text : "",
+                          .effective_config_yaml = *effective ? *effective : "",
+                          .mode = "train",
+                          .clock = clock,
+                          .world_size = world_size,
+                          .seed = cfg->seed,
+                          .blis_arch = bt_gemm_arch(),
+                          .blis_threads = bt_gemm_threads(),
+                          .schedule = schedule,
+                          .micro_batches = cfg->micro_batches,
+                          .batch_size = cfg->batch_size};
 }

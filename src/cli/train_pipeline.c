@@ -273,26 +273,8 @@ static int open_runlog(run *r, bt_err *err) {
   MPI_Gather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, 0, r->comm);
   int ok = 1;
   if (r->rank == 0 && c->output[0]) {
-    char *effective = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&effective, &len);
-    if (mem) {
-      bt_config_dump_yaml(c, mem);
-      fclose(mem);
-    }
-    bt_runlog_meta meta = {.baton_version = BT_VERSION,
-                           .git_describe = BT_GIT_DESCRIBE,
-                           .config_yaml = c->yaml_text ? c->yaml_text : "",
-                           .effective_config_yaml = effective ? effective : "",
-                           .mode = "train",
-                           .clock = c->clock,
-                           .world_size = r->size,
-                           .seed = c->seed,
-                           .blis_arch = bt_gemm_arch(),
-                           .blis_threads = bt_gemm_threads(),
-                           .schedule = c->schedule,
-                           .micro_batches = c->micro_batches,
-                           .batch_size = c->batch_size};
+    char *effective;
+    bt_runlog_meta meta = bt_cli_runlog_meta(c, c->clock, c->schedule, r->size, &effective);
     bt_runlog_device devs[BT_CONFIG_DEVICES_MAX];
     for (int k = 0; k < r->size; k++)
       devs[k] = (bt_runlog_device){k, c->devices[k], all[3 * k], all[3 * k + 1], all[3 * k + 2]};
