@@ -206,23 +206,41 @@ static bt_conv_geom conv_geom_back(const bt_layer *l, int batch) {
 }
 
 /* Direct convolution when the CPU has AVX-512 and the layer is stride 1 with
- * at least 16 input channels (on 3-channel images each tap has too little
- * work; im2col + GEMM handles those). */
+ * at least 4 input channels (on 3-channel images each tap has too little
+ * work; im2col + GEMM handles those) and whole vectors of output channels.
+ * The same condition picks the direct weight gradient. */
+enum { DIRECT_MIN_C = 4 };
+
+static int conv_stride1(const bt_layer *l) {
+  return l->kind == BT_CONV2D && l->stride == 1 && !conv_is_pointwise(l);
+}
+
 static int conv_direct_fwd(const bt_layer *l, int batch) {
   const bt_conv_geom g = conv_geom(l, batch);
-  return l->kind == BT_CONV2D && l->stride == 1 && !conv_is_pointwise(l) && l->in.c >= 16 &&
-         bt_conv_direct_ok(&g);
+  return conv_stride1(l) && l->in.c >= DIRECT_MIN_C && bt_conv_direct_ok(&g);
 }
 
 static int conv_direct_bwd(const bt_layer *l, int batch) {
   const bt_conv_geom g = conv_geom_back(l, batch);
-  return l->kind == BT_CONV2D && l->stride == 1 && !conv_is_pointwise(l) && l->out.c >= 16 &&
-         bt_conv_direct_ok(&g);
+  return conv_stride1(l) && l->out.c >= 16 && bt_conv_direct_ok(&g);
 }
 
-/* Forward, weight and input gradients all direct: no im2col scratch. */
-static int conv_direct_all(const bt_layer *l, int batch) {
-  return conv_direct_fwd(l, batch) && conv_direct_bwd(l, batch);
+/* Thin kernels: fewer than 16 output channels (forward and weight
+ * gradient), fewer than 16 input channels (input gradient). */
+static int conv_thin_fwd(const bt_layer *l, int batch) {
+  const bt_conv_geom g = conv_geom(l, batch);
+  return conv_stride1(l) && !conv_direct_fwd(l, batch) && bt_conv_thin_ok(&g);
+}
+
+static int conv_thin_bwd(const bt_layer *l, int batch) {
+  const bt_conv_geom g = conv_geom_back(l, batch);
+  return conv_stride1(l) && !conv_direct_bwd(l, batch) && bt_conv_thin_ok(&g);
+}
+
+/* Forward, weight and input gradients all without im2col scratch. */
+static int conv_unlowered(const bt_layer *l, int batch) {
+  return (conv_direct_fwd(l, batch) || conv_thin_fwd(l, batch)) &&
+         (conv_direct_bwd(l, batch) || conv_thin_bwd(l, batch));
 }
 
 static size_t residual_max_elems(const bt_layer *l) {
@@ -258,19 +276,23 @@ size_t bt_layer_ws_floats(const bt_layer *l, int batch) {
     /* im2col chunk (unless every pass is direct), the direct kernel's
      * padded rows (forward), the flipped weights plus padded rows (input
      * gradient); they are used one after the other. */
-    size_t n = conv_direct_all(l, batch)
+    size_t n = conv_unlowered(l, batch)
                    ? 0
                    : conv_chunk(l, batch) * l->out.h * l->out.w * l->kh * l->kw * l->in.c;
-    if (conv_direct_fwd(l, batch)) {
-      const bt_conv_geom g = conv_geom(l, batch);
-      size_t d = bt_conv_direct_ws(&g);
-      n = n > d ? n : d;
-    }
-    if (conv_direct_bwd(l, batch)) {
-      const bt_conv_geom g = conv_geom_back(l, batch);
-      size_t d = (size_t)l->kh * l->kw * l->in.c * l->out.c + bt_conv_direct_ws(&g);
-      n = n > d ? n : d;
-    }
+    const bt_conv_geom g = conv_geom(l, batch), gb = conv_geom_back(l, batch);
+    const size_t wf = (size_t)l->kh * l->kw * l->in.c * l->out.c;
+    size_t d = 0;
+    if (conv_direct_fwd(l, batch))
+      d = bt_conv_direct_ws(&g);
+    else if (conv_thin_fwd(l, batch))
+      d = bt_conv_thin_ws(&g);
+    n = n > d ? n : d;
+    d = 0;
+    if (conv_direct_bwd(l, batch))
+      d = wf + bt_conv_direct_ws(&gb);
+    else if (conv_thin_bwd(l, batch))
+      d = wf + bt_conv_thin_ws(&gb);
+    n = n > d ? n : d;
     return n;
   }
   if (l->kind == BT_RESIDUAL) {
@@ -465,9 +487,13 @@ static void conv_forward(const bt_layer *l, const float *P, const float *in, flo
   const int C = l->in.c, K = l->out.c, KKC = l->kh * l->kw * C;
   const int pix = l->out.h * l->out.w;
   const float *w = P, *bias = P + (size_t)KKC * K;
+  const bt_conv_geom g = conv_geom(l, batch);
   if (conv_direct_fwd(l, batch)) {
-    const bt_conv_geom g = conv_geom(l, batch);
     bt_conv_direct(&g, in, w, bias, out, x->ws);
+    return;
+  }
+  if (conv_thin_fwd(l, batch)) {
+    bt_conv_thin(&g, in, w, bias, out, x->ws);
     return;
   }
   fill_bias_rows(out, bias, (size_t)batch * pix, K);
@@ -497,29 +523,39 @@ static void conv_backward(const bt_layer *l, const float *P, const float *in, co
       bt_sgemm(false, true, batch * pix, C, K, 1.0f, dout, K, w, K, 0.0f, din, C);
     return;
   }
-  if (conv_direct_all(l, batch)) { /* same kernel family: no lowering at all */
-    const bt_conv_geom g = conv_geom(l, batch);
+  const bt_conv_geom g = conv_geom(l, batch);
+  const int dw_direct = conv_direct_fwd(l, batch), dw_thin = conv_thin_fwd(l, batch);
+  const int din_direct = din && conv_direct_bwd(l, batch);
+  const int din_thin = din && conv_thin_bwd(l, batch);
+  const int dw_lowered = !dw_direct && !dw_thin, din_lowered = din && !din_direct && !din_thin;
+  if (dw_direct)
     bt_conv_direct_dw(&g, in, dout, dw);
-  } else {
+  else if (dw_thin)
+    bt_conv_thin_dw(&g, in, dout, dw, x->ws);
+  if (dw_lowered || din_lowered) {
     const int chunk = (int)conv_chunk(l, batch);
     const size_t in_s = bt_shape_elems(l->in), out_s = bt_shape_elems(l->out);
-    const int lowered_din = din && !conv_direct_bwd(l, batch);
     for (int b0 = 0; b0 < batch; b0 += chunk) {
       int nb = batch - b0 < chunk ? batch - b0 : chunk;
-      const float *g = dout + b0 * out_s;
-      im2col(l, in + b0 * in_s, nb, x->ws);
-      bt_sgemm(true, false, KKC, K, nb * pix, 1.0f, x->ws, KKC, g, K, 1.0f, dw, K);
-      if (lowered_din) { /* the lowered input is spent: reuse its scratch for dcol */
-        bt_sgemm(false, true, nb * pix, KKC, K, 1.0f, g, K, w, K, 0.0f, x->ws, KKC);
+      const float *gy = dout + b0 * out_s;
+      if (dw_lowered) {
+        im2col(l, in + b0 * in_s, nb, x->ws);
+        bt_sgemm(true, false, KKC, K, nb * pix, 1.0f, x->ws, KKC, gy, K, 1.0f, dw, K);
+      }
+      if (din_lowered) { /* the lowered input is spent: reuse its scratch for dcol */
+        bt_sgemm(false, true, nb * pix, KKC, K, 1.0f, gy, K, w, K, 0.0f, x->ws, KKC);
         col2im(l, x->ws, nb, din + b0 * in_s);
       }
     }
   }
-  if (din && conv_direct_bwd(l, batch)) { /* din = conv(dout, flipped W): no dcol, no scatter */
-    const bt_conv_geom g = conv_geom_back(l, batch);
+  if (din_direct || din_thin) { /* din = conv(dout, flipped W): no dcol, no scatter */
+    const bt_conv_geom gb = conv_geom_back(l, batch);
     float *wf = x->ws;
     bt_conv_flip_weights(l->kh, l->kw, C, K, w, wf);
-    bt_conv_direct(&g, dout, wf, NULL, din, wf + (size_t)KKC * K);
+    if (din_direct)
+      bt_conv_direct(&gb, dout, wf, NULL, din, wf + (size_t)KKC * K);
+    else
+      bt_conv_thin(&gb, dout, wf, NULL, din, wf + (size_t)KKC * K);
   }
 }
 
@@ -726,6 +762,8 @@ static void gap_backward(const bt_layer *l, const float *dout, float *din, int b
 
 /* ---- batch normalisation ---------------------------------------------- */
 
+/* One pass for the statistics (sums of x - x[0] and its square, see
+ * bt_bn_stats), one for the normalisation; backward likewise. */
 static void bn_forward(const bt_layer *l, const float *P, float *S, const float *in, float *out,
                        float *aux, int batch, const bt_exec *x) {
   const int C = l->in.c;
@@ -734,21 +772,13 @@ static void bn_forward(const bt_layer *l, const float *P, float *S, const float 
   float *mean = aux, *invstd = aux + C;
   float *run_mean = S, *run_var = S + C;
   if (x->training) {
-    double sum[C], sq[C];
-    memset(sum, 0, sizeof sum);
-    memset(sq, 0, sizeof sq);
-    for (size_t r = 0; r < R; r++)
-      for (int c = 0; c < C; c++)
-        sum[c] += in[r * C + c];
-    for (int c = 0; c < C; c++)
-      mean[c] = (float)(sum[c] / (double)R);
-    for (size_t r = 0; r < R; r++)
-      for (int c = 0; c < C; c++) {
-        double d = (double)in[r * C + c] - mean[c];
-        sq[c] += d * d;
-      }
+    double s1[C], s2[C];
+    bt_bn_stats(in, R, C, in, s1, s2, NULL);
     for (int c = 0; c < C; c++) {
-      double var = sq[c] / (double)R;
+      const double dm = s1[c] / (double)R;
+      double var = s2[c] / (double)R - dm * dm;
+      var = var > 0.0 ? var : 0.0;
+      mean[c] = (float)(in[c] + dm);
       invstd[c] = (float)(1.0 / sqrt(var + BN_EPS));
       double unbiased = R > 1 ? var * (double)R / (double)(R - 1) : var;
       run_mean[c] = (1.0f - BN_MOMENTUM) * run_mean[c] + BN_MOMENTUM * mean[c];
@@ -765,9 +795,7 @@ static void bn_forward(const bt_layer *l, const float *P, float *S, const float 
     scale[c] = gamma[c] * invstd[c];
     shift[c] = beta[c] - mean[c] * scale[c];
   }
-  for (size_t r = 0; r < R; r++)
-    for (int c = 0; c < C; c++)
-      out[r * C + c] = in[r * C + c] * scale[c] + shift[c];
+  bt_bn_apply(in, R, C, scale, NULL, NULL, NULL, shift, out);
 }
 
 static void bn_backward(const bt_layer *l, const float *P, const float *in, const float *aux,
@@ -776,38 +804,32 @@ static void bn_backward(const bt_layer *l, const float *P, const float *in, cons
   const size_t R = (size_t)batch * l->in.h * l->in.w;
   const float *gamma = P, *mean = aux, *invstd = aux + C;
   float *dgamma = dP, *dbeta = dP + C;
-  double sg[C], sgx[C];
-  memset(sg, 0, sizeof sg);
-  memset(sgx, 0, sizeof sgx);
-  for (size_t r = 0; r < R; r++)
-    for (int c = 0; c < C; c++) {
-      float xhat = (in[r * C + c] - mean[c]) * invstd[c];
-      sg[c] += dout[r * C + c];
-      sgx[c] += (double)dout[r * C + c] * xhat;
-    }
+  double sg[C], sgx[C]; /* sum dout, sum dout * xhat */
+  bt_bn_stats(in, R, C, mean, sg, sgx, dout);
   for (int c = 0; c < C; c++) {
+    sgx[c] *= invstd[c];
     dgamma[c] += (float)sgx[c];
     dbeta[c] += (float)sg[c];
   }
   if (!din)
     return;
-  if (!x->training) { /* statistics are constants in eval mode */
-    for (size_t r = 0; r < R; r++)
-      for (int c = 0; c < C; c++)
-        din[r * C + c] = dout[r * C + c] * gamma[c] * invstd[c];
-    return;
-  }
-  float k[C], mg[C], mgx[C];
+  float k[C], zero[C];
   for (int c = 0; c < C; c++) {
     k[c] = gamma[c] * invstd[c];
-    mg[c] = (float)(sg[c] / (double)R);
-    mgx[c] = (float)(sgx[c] / (double)R);
+    zero[c] = 0.0f;
   }
-  for (size_t r = 0; r < R; r++)
-    for (int c = 0; c < C; c++) {
-      float xhat = (in[r * C + c] - mean[c]) * invstd[c];
-      din[r * C + c] = k[c] * (dout[r * C + c] - mg[c] - xhat * mgx[c]);
-    }
+  if (!x->training) { /* statistics are constants in eval mode */
+    bt_bn_apply(dout, R, C, k, NULL, NULL, NULL, zero, din);
+    return;
+  }
+  /* din = k (dout - mean(dout) - xhat mean(dout xhat))
+   *     = k dout - k invstd mean(dout xhat) (x - mean) - k mean(dout) */
+  float b[C], c0[C];
+  for (int c = 0; c < C; c++) {
+    b[c] = -k[c] * invstd[c] * (float)(sgx[c] / (double)R);
+    c0[c] = -k[c] * (float)(sg[c] / (double)R);
+  }
+  bt_bn_apply(in, R, C, k, dout, b, mean, c0, din);
 }
 
 /* ---- element-wise ----------------------------------------------------- */

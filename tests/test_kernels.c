@@ -83,7 +83,7 @@ static void expect_close(const float *got, const double *want, size_t n, const c
 
 /* Runs the layer's forward and backward (the paths the engine picks) and
  * compares output, input gradient and parameter gradients to the loops. */
-static void check_conv(int units, int kernel, int stride, int pad, bt_shape in, int batch) {
+static void check_conv_once(int units, int kernel, int stride, int pad, bt_shape in, int batch) {
   bt_layer l = bt_conv2d(units, kernel, stride, pad);
   l.in = in;
   bt_err err;
@@ -111,6 +111,14 @@ static void check_conv(int units, int kernel, int stride, int pad, bt_shape in, 
   expect_close(dx, rdx, n_in, "din");
   expect_close(dP, rdP, l.n_params, "dP");
   free(P), free(x), free(y), free(g), free(dx), free(dP), free(ws), free(ry), free(rdx), free(rdP);
+}
+
+/* Both the paths this CPU picks and the portable ones (im2col + GEMM). */
+static void check_conv(int units, int kernel, int stride, int pad, bt_shape in, int batch) {
+  check_conv_once(units, kernel, stride, pad, in, batch);
+  bt_kernels_force_generic(1);
+  check_conv_once(units, kernel, stride, pad, in, batch);
+  bt_kernels_force_generic(0);
 }
 
 /* Spatial blocking: 9-wide rows (6 + 3 pixels), 48 and 80 output channels
@@ -142,6 +150,23 @@ Test(kernels, conv_direct_fwd_only) { check_conv(32, 3, 1, 1, (bt_shape){6, 7, 2
 Test(kernels, conv_direct_fwd_only_small) { check_conv(32, 3, 1, 1, (bt_shape){2, 2, 24}, 3); }
 Test(kernels, conv_pointwise) { check_conv(32, 1, 1, 0, (bt_shape){4, 4, 16}, 3); }
 
+/* Thin kernels (fewer than 16 output channels; input gradients of layers
+ * with fewer than 16 input channels): LeNet's 1 -> 6 5x5 pad 2 and
+ * 6 -> 16 5x5 pad 0 (direct forward with 6 input channels, thin input
+ * gradient), 1 and 3 phases of weight patterns with rows that end inside a
+ * vector (7x6 = 42 floats), more than 12 vectors per row (block
+ * remainders), the generic phase count (K = 5, 7), K = 12 and K = 1, and a
+ * 3-channel input (forward lowered, input gradient thin). */
+Test(kernels, conv_thin_lenet1) { check_conv(6, 5, 1, 2, (bt_shape){12, 9, 1}, 3); }
+Test(kernels, conv_thin_lenet2) { check_conv(16, 5, 1, 0, (bt_shape){9, 8, 6}, 3); }
+Test(kernels, conv_thin_tail) { check_conv(6, 3, 1, 1, (bt_shape){5, 7, 2}, 2); }
+Test(kernels, conv_thin_long_rows) { check_conv(8, 3, 1, 1, (bt_shape){3, 40, 3}, 2); }
+Test(kernels, conv_thin_k5) { check_conv(5, 3, 1, 0, (bt_shape){6, 9, 4}, 2); }
+Test(kernels, conv_thin_k7_long) { check_conv(7, 5, 1, 2, (bt_shape){4, 33, 3}, 2); }
+Test(kernels, conv_thin_k12) { check_conv(12, 3, 1, 1, (bt_shape){5, 6, 16}, 2); }
+Test(kernels, conv_thin_k1) { check_conv(1, 3, 1, 2, (bt_shape){5, 6, 1}, 2); }
+Test(kernels, conv_thin_din_c3) { check_conv(32, 3, 1, 1, (bt_shape){5, 6, 3}, 2); }
+
 /* Balanced im2col chunks: 10 samples of a 64x64 image do not fit one chunk. */
 Test(kernels, conv_im2col_chunks) { check_conv(8, 3, 2, 1, (bt_shape){64, 64, 3}, 10); }
 
@@ -169,3 +194,75 @@ Test(kernels, direct_path_reported) {
   g.k = 20; /* output channels must fill whole vectors */
   cr_assert_eq(bt_conv_direct_ok(&g), 0);
 }
+
+/* Batch-norm (one-pass statistics, AVX-512 and portable) against two-pass
+ * double loops: training forward, running statistics, input and parameter
+ * gradients; channel counts that end inside a vector (20), more than one
+ * register group (72 = 64 + 8), row counts that are not multiples of the
+ * float blocks, and an offset mean (the one-pass variance needs its shift). */
+static void check_bn_once(int C, bt_shape in, int batch, float offset) {
+  bt_layer l = bt_batchnorm();
+  in.c = C;
+  l.in = in;
+  bt_err err;
+  cr_assert_eq(bt_layer_finalize(&l, "test", &err), 0, "%s", err.msg);
+  const size_t R = (size_t)batch * in.h * in.w, n = R * C;
+  float *P = malloc(sizeof(float) * 2 * C), *S = malloc(sizeof(float) * 2 * C);
+  float *x = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n);
+  float *g = malloc(sizeof(float) * n), *dx = malloc(sizeof(float) * n);
+  float *dP = calloc(2 * C, sizeof(float)), *aux = malloc(sizeof(float) * 2 * C);
+  double *ry = malloc(sizeof(double) * n), *rdx = malloc(sizeof(double) * n);
+  double *rdP = calloc(2 * C, sizeof(double)), *rS = malloc(sizeof(double) * 2 * C);
+  fill_normal(P, 2 * C, 4);
+  fill_normal(x, n, 5);
+  fill_normal(g, n, 6);
+  for (size_t i = 0; i < n; i++)
+    x[i] = offset + x[i] * (1.0f + (float)(i % C) / C);
+  for (int c = 0; c < C; c++)
+    S[c] = 0.0f, S[C + c] = 1.0f;
+  bt_exec ex = {.training = 1};
+  bt_layer_forward(&l, P, S, x, y, aux, batch, &ex);
+  bt_layer_backward(&l, P, x, y, aux, g, dx, dP, batch, &ex);
+  for (int c = 0; c < C; c++) {
+    double m = 0, v = 0, sg = 0, sgx = 0;
+    for (size_t r = 0; r < R; r++)
+      m += x[r * C + c];
+    m /= (double)R;
+    for (size_t r = 0; r < R; r++)
+      v += (x[r * C + c] - m) * (x[r * C + c] - m);
+    v /= (double)R;
+    const double is = 1.0 / sqrt(v + 1e-5);
+    for (size_t r = 0; r < R; r++) {
+      const double xh = (x[r * C + c] - m) * is;
+      ry[r * C + c] = P[c] * xh + P[C + c];
+      sg += g[r * C + c];
+      sgx += g[r * C + c] * xh;
+    }
+    for (size_t r = 0; r < R; r++) {
+      const double xh = (x[r * C + c] - m) * is;
+      rdx[r * C + c] = P[c] * is * (g[r * C + c] - sg / R - xh * sgx / R);
+    }
+    rdP[c] = sgx;
+    rdP[C + c] = sg;
+    rS[c] = 0.1 * m;
+    rS[C + c] = 0.9 + 0.1 * v * R / (R - 1);
+  }
+  expect_close(y, ry, n, "bn out");
+  expect_close(dx, rdx, n, "bn din");
+  expect_close(dP, rdP, 2 * C, "bn dP");
+  expect_close(S, rS, 2 * C, "bn running stats");
+  free(P), free(S), free(x), free(y), free(g), free(dx), free(dP), free(aux);
+  free(ry), free(rdx), free(rdP), free(rS);
+}
+
+static void check_bn(int C, bt_shape in, int batch, float offset) {
+  check_bn_once(C, in, batch, offset);
+  bt_kernels_force_generic(1);
+  check_bn_once(C, in, batch, offset);
+  bt_kernels_force_generic(0);
+}
+
+Test(kernels, bn_c16) { check_bn(16, (bt_shape){5, 5, 0}, 3, 0.0f); }
+Test(kernels, bn_c20_offset) { check_bn(20, (bt_shape){3, 7, 0}, 5, 3.0f); }
+Test(kernels, bn_c72_many_rows) { check_bn(72, (bt_shape){17, 9, 0}, 2, -1.5f); }
+Test(kernels, bn_c3) { check_bn(3, (bt_shape){4, 4, 0}, 2, 0.5f); }

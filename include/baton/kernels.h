@@ -20,6 +20,13 @@ typedef struct bt_conv_geom {
   int n, h, w, c, k, kh, kw, pad, oh, ow;
 } bt_conv_geom;
 
+/* 1 when the CPU has AVX-512F and the generic paths are not forced. */
+int bt_kernels_avx512(void);
+
+/* Tests: on = 1 makes every *_ok() say no and every dispatcher take its
+ * portable C path, so both paths can be compared on one machine. */
+void bt_kernels_force_generic(int on);
+
 /* 1 when the direct kernel runs on this CPU and supports the geometry. */
 int bt_conv_direct_ok(const bt_conv_geom *g);
 
@@ -38,5 +45,29 @@ void bt_conv_direct_dw(const bt_conv_geom *g, const float *in, const float *dout
  * wf[ky][kx][k][c] = w[kh-1-ky][kw-1-kx][c][k]. dL/din is then the
  * convolution of dL/dout with wf, padding kh-1-pad (see layers.c). */
 void bt_conv_flip_weights(int kh, int kw, int c, int k, const float *w, float *wf);
+
+/* Thin stride-1 convolutions: fewer than 16 output channels (LeNet's 6;
+ * the input gradient of a convolution with few input channels). Output rows
+ * are computed as flat vectors of OW*K floats over an input expanded K times
+ * per channel, so no lane is wasted; see kernels.c. */
+int bt_conv_thin_ok(const bt_conv_geom *g);
+size_t bt_conv_thin_ws(const bt_conv_geom *g);
+/* out = bias + conv(in, W) (bias may be NULL). */
+void bt_conv_thin(const bt_conv_geom *g, const float *in, const float *w, const float *bias,
+                  float *out, float *ws);
+/* dw += dL/dW for upstream gradient dout (no bias). */
+void bt_conv_thin_dw(const bt_conv_geom *g, const float *in, const float *dout, float *dw,
+                     float *ws);
+
+/* Batch-norm passes over `rows` rows of C channels (NHWC), one pass each.
+ * bt_bn_stats without y: s1 = sum(x - shift), s2 = sum((x - shift)^2);
+ * with y (the upstream gradient): s1 = sum(y), s2 = sum(y (x - shift)).
+ * Float sums over blocks of 64 rows, added up in double. */
+void bt_bn_stats(const float *x, size_t rows, int C, const float *shift, double *s1, double *s2,
+                 const float *y);
+/* Without y: out = a x + c0; with y: out = a y + b (x - m) + c0 (per
+ * channel; b and m are unused without y). */
+void bt_bn_apply(const float *x, size_t rows, int C, const float *a, const float *y,
+                 const float *b, const float *m, const float *c0, float *out);
 
 #endif
