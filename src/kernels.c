@@ -851,3 +851,145 @@ void bt_bn_apply(const float *x, size_t rows, int C, const float *a, const float
 #endif
   bn_apply_generic(x, rows, C, a, y, b, m, c0, out);
 }
+
+/* ---- depthwise 3x3 convolutions ------------------------------------------
+ * NHWC: vectors of 16 channels, the 9 taps' weights of a channel vector in
+ * registers for a whole output row, one load and one FMA per tap and pixel.
+ * The input gradient is gathered (each input pixel sums the output pixels
+ * that read it), so it is written once, without zeroing and scattering. */
+
+int bt_dwconv3x3_ok(const bt_dw_geom *g) { return bt_kernels_avx512() && g->stride <= 2 && g->pad <= 2; }
+
+#if BT_HAVE_X86
+
+__attribute__((target("avx512f"))) void bt_dwconv3x3(const bt_dw_geom *g, const float *in,
+                                                     const float *w, const float *bias,
+                                                     float *out) {
+  const int H = g->h, W = g->w, C = g->c, S = g->stride, Pd = g->pad, OH = g->oh, OW = g->ow;
+  const ptrdiff_t CC = C;
+  for (int n = 0; n < g->n; n++)
+    for (int oy = 0; oy < OH; oy++) {
+      const float *rows[3];
+      int vy[3];
+      for (int ky = 0; ky < 3; ky++) {
+        const int iy = oy * S - Pd + ky;
+        vy[ky] = iy >= 0 && iy < H;
+        rows[ky] = in + ((size_t)n * H + (vy[ky] ? iy : 0)) * W * CC;
+      }
+      float *orow = out + ((size_t)n * OH + oy) * OW * CC;
+      for (int c0 = 0; c0 < C; c0 += 16) {
+        const __mmask16 m = tail_mask(C - c0);
+        __m512 wv[9];
+        for (int t = 0; t < 9; t++)
+          wv[t] = _mm512_maskz_loadu_ps(m, w + t * CC + c0);
+        const __m512 bv = _mm512_maskz_loadu_ps(m, bias + c0);
+        for (int ox = 0; ox < OW; ox++) {
+          const int ix0 = ox * S - Pd;
+          __m512 acc[3] = {bv, _mm512_setzero_ps(), _mm512_setzero_ps()};
+          for (int ky = 0; ky < 3; ky++) {
+            if (!vy[ky])
+              continue;
+            const float *p = rows[ky] + (ptrdiff_t)ix0 * CC + c0;
+            for (int kx = 0; kx < 3; kx++)
+              if (ix0 + kx >= 0 && ix0 + kx < W)
+                acc[kx] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, p + kx * CC), wv[ky * 3 + kx],
+                                          acc[kx]);
+          }
+          _mm512_mask_storeu_ps(orow + (ptrdiff_t)ox * CC + c0, m,
+                                _mm512_add_ps(acc[0], _mm512_add_ps(acc[1], acc[2])));
+        }
+      }
+    }
+}
+
+__attribute__((target("avx512f"))) void bt_dwconv3x3_bwd(const bt_dw_geom *g, const float *in,
+                                                         const float *w, const float *dout,
+                                                         float *din, float *dw, float *db) {
+  const int H = g->h, W = g->w, C = g->c, S = g->stride, Pd = g->pad, OH = g->oh, OW = g->ow;
+  const ptrdiff_t CC = C;
+  /* Weight and bias gradients: 10 accumulators per channel vector and row. */
+  for (int n = 0; n < g->n; n++)
+    for (int oy = 0; oy < OH; oy++) {
+      const float *rows[3];
+      int vy[3];
+      for (int ky = 0; ky < 3; ky++) {
+        const int iy = oy * S - Pd + ky;
+        vy[ky] = iy >= 0 && iy < H;
+        rows[ky] = in + ((size_t)n * H + (vy[ky] ? iy : 0)) * W * CC;
+      }
+      const float *grow = dout + ((size_t)n * OH + oy) * OW * CC;
+      for (int c0 = 0; c0 < C; c0 += 16) {
+        const __mmask16 m = tail_mask(C - c0);
+        __m512 acc[9], ab = _mm512_maskz_loadu_ps(m, db + c0);
+        for (int t = 0; t < 9; t++)
+          acc[t] = _mm512_maskz_loadu_ps(m, dw + t * CC + c0);
+        for (int ox = 0; ox < OW; ox++) {
+          const int ix0 = ox * S - Pd;
+          const __m512 gv = _mm512_maskz_loadu_ps(m, grow + (ptrdiff_t)ox * CC + c0);
+          ab = _mm512_add_ps(ab, gv);
+          for (int ky = 0; ky < 3; ky++) {
+            if (!vy[ky])
+              continue;
+            const float *p = rows[ky] + (ptrdiff_t)ix0 * CC + c0;
+            for (int kx = 0; kx < 3; kx++)
+              if (ix0 + kx >= 0 && ix0 + kx < W)
+                acc[ky * 3 + kx] =
+                    _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, p + kx * CC), gv, acc[ky * 3 + kx]);
+          }
+        }
+        for (int t = 0; t < 9; t++)
+          _mm512_mask_storeu_ps(dw + t * CC + c0, m, acc[t]);
+        _mm512_mask_storeu_ps(db + c0, m, ab);
+      }
+    }
+  if (!din)
+    return;
+  /* din[iy][ix] = sum over taps with (iy + pad - ky) = oy * S (and x alike)
+   * of dout[oy][ox] w[ky][kx]. */
+  for (int n = 0; n < g->n; n++)
+    for (int iy = 0; iy < H; iy++) {
+      const float *grows[3];
+      int vy[3];
+      for (int ky = 0; ky < 3; ky++) {
+        const int t = iy + Pd - ky, oy = t / S;
+        vy[ky] = t >= 0 && t % S == 0 && oy < OH;
+        grows[ky] = dout + ((size_t)n * OH + (vy[ky] ? oy : 0)) * OW * CC;
+      }
+      float *drow = din + ((size_t)n * H + iy) * W * CC;
+      for (int c0 = 0; c0 < C; c0 += 16) {
+        const __mmask16 m = tail_mask(C - c0);
+        __m512 wv[9];
+        for (int t = 0; t < 9; t++)
+          wv[t] = _mm512_maskz_loadu_ps(m, w + t * CC + c0);
+        for (int ix = 0; ix < W; ix++) {
+          __m512 acc[3] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+          for (int kx = 0; kx < 3; kx++) {
+            const int t = ix + Pd - kx, ox = t / S;
+            if (t < 0 || t % S != 0 || ox >= OW)
+              continue;
+            for (int ky = 0; ky < 3; ky++)
+              if (vy[ky])
+                acc[ky] = _mm512_fmadd_ps(
+                    _mm512_maskz_loadu_ps(m, grows[ky] + (ptrdiff_t)ox * CC + c0), wv[ky * 3 + kx],
+                    acc[ky]);
+          }
+          _mm512_mask_storeu_ps(drow + (ptrdiff_t)ix * CC + c0, m,
+                                _mm512_add_ps(acc[0], _mm512_add_ps(acc[1], acc[2])));
+        }
+      }
+    }
+}
+
+#else
+
+void bt_dwconv3x3(const bt_dw_geom *g, const float *in, const float *w, const float *bias,
+                  float *out) {
+  (void)g, (void)in, (void)w, (void)bias, (void)out;
+}
+
+void bt_dwconv3x3_bwd(const bt_dw_geom *g, const float *in, const float *w, const float *dout,
+                      float *din, float *dw, float *db) {
+  (void)g, (void)in, (void)w, (void)dout, (void)din, (void)dw, (void)db;
+}
+
+#endif

@@ -561,10 +561,21 @@ static void conv_backward(const bt_layer *l, const float *P, const float *in, co
 
 /* ---- depthwise convolution (direct; vectorises over channels) ---------- */
 
+/* 3x3 kernels (MobileNet's) run on AVX-512 kernels when the CPU has it. */
+static int dwconv_fast(const bt_layer *l, int batch, bt_dw_geom *g) {
+  *g = (bt_dw_geom){batch, l->in.h, l->in.w, l->in.c, l->stride, l->pad, l->out.h, l->out.w};
+  return l->kh == 3 && l->kw == 3 && bt_dwconv3x3_ok(g);
+}
+
 static void dwconv_forward(const bt_layer *l, const float *P, const float *in, float *out,
                            int batch) {
   const int H = l->in.h, W = l->in.w, C = l->in.c, OH = l->out.h, OW = l->out.w;
   const float *w = P, *bias = P + (size_t)l->kh * l->kw * C;
+  bt_dw_geom g;
+  if (dwconv_fast(l, batch, &g)) {
+    bt_dwconv3x3(&g, in, w, bias, out);
+    return;
+  }
   for (int b = 0; b < batch; b++)
     for (int oy = 0; oy < OH; oy++)
       for (int ox = 0; ox < OW; ox++) {
@@ -592,6 +603,11 @@ static void dwconv_backward(const bt_layer *l, const float *P, const float *in, 
   const int H = l->in.h, W = l->in.w, C = l->in.c, OH = l->out.h, OW = l->out.w;
   const float *w = P;
   float *dw = dP, *db = dP + (size_t)l->kh * l->kw * C;
+  bt_dw_geom gd;
+  if (dwconv_fast(l, batch, &gd)) {
+    bt_dwconv3x3_bwd(&gd, in, w, dout, din, dw, db);
+    return;
+  }
   if (din)
     memset(din, 0, sizeof(float) * (size_t)batch * H * W * C);
   add_column_sums(db, dout, (size_t)batch * OH * OW, C);

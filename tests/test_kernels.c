@@ -266,3 +266,62 @@ Test(kernels, bn_c16) { check_bn(16, (bt_shape){5, 5, 0}, 3, 0.0f); }
 Test(kernels, bn_c20_offset) { check_bn(20, (bt_shape){3, 7, 0}, 5, 3.0f); }
 Test(kernels, bn_c72_many_rows) { check_bn(72, (bt_shape){17, 9, 0}, 2, -1.5f); }
 Test(kernels, bn_c3) { check_bn(3, (bt_shape){4, 4, 0}, 2, 0.5f); }
+
+/* Depthwise 3x3 (AVX-512 and portable loops) against double loops: output,
+ * input gradient (gathered by the fast path), weight and bias gradients;
+ * strides 1 and 2, odd sizes, channel counts ending inside a vector. */
+static void check_dw_once(int stride, int pad, bt_shape in, int batch) {
+  bt_layer l = bt_dwconv2d(3, stride, pad);
+  l.in = in;
+  bt_err err;
+  cr_assert_eq(bt_layer_finalize(&l, "test", &err), 0, "%s", err.msg);
+  const int H = in.h, W = in.w, C = in.c, OH = l.out.h, OW = l.out.w;
+  const size_t n_in = (size_t)batch * H * W * C, n_out = (size_t)batch * OH * OW * C;
+  float *P = malloc(sizeof(float) * l.n_params), *x = malloc(sizeof(float) * n_in);
+  float *y = malloc(sizeof(float) * n_out), *g = malloc(sizeof(float) * n_out);
+  float *dx = malloc(sizeof(float) * n_in), *dP = calloc(l.n_params, sizeof(float));
+  double *ry = calloc(n_out, sizeof(double)), *rdx = calloc(n_in, sizeof(double));
+  double *rdP = calloc(l.n_params, sizeof(double));
+  fill_normal(P, l.n_params, 7);
+  fill_normal(x, n_in, 8);
+  fill_normal(g, n_out, 9);
+  bt_exec ex = {.training = 1};
+  bt_layer_forward(&l, P, NULL, x, y, NULL, batch, &ex);
+  bt_layer_backward(&l, P, x, y, NULL, g, dx, dP, batch, &ex);
+  for (int n = 0; n < batch; n++)
+    for (int oy = 0; oy < OH; oy++)
+      for (int ox = 0; ox < OW; ox++)
+        for (int c = 0; c < C; c++) {
+          const size_t o = (((size_t)n * OH + oy) * OW + ox) * C + c;
+          double s = P[9 * C + c];
+          rdP[9 * C + c] += g[o];
+          for (int ky = 0; ky < 3; ky++)
+            for (int kx = 0; kx < 3; kx++) {
+              const int iy = oy * stride - pad + ky, ix = ox * stride - pad + kx;
+              if (iy < 0 || iy >= H || ix < 0 || ix >= W)
+                continue;
+              const size_t i = (((size_t)n * H + iy) * W + ix) * C + c;
+              s += (double)x[i] * P[(ky * 3 + kx) * C + c];
+              rdx[i] += (double)g[o] * P[(ky * 3 + kx) * C + c];
+              rdP[(ky * 3 + kx) * C + c] += (double)g[o] * x[i];
+            }
+          ry[o] = s;
+        }
+  expect_close(y, ry, n_out, "dw out");
+  expect_close(dx, rdx, n_in, "dw din");
+  expect_close(dP, rdP, l.n_params, "dw dP");
+  free(P), free(x), free(y), free(g), free(dx), free(dP), free(ry), free(rdx), free(rdP);
+}
+
+static void check_dw(int stride, int pad, bt_shape in, int batch) {
+  check_dw_once(stride, pad, in, batch);
+  bt_kernels_force_generic(1);
+  check_dw_once(stride, pad, in, batch);
+  bt_kernels_force_generic(0);
+}
+
+Test(kernels, dwconv_s1_c20) { check_dw(1, 1, (bt_shape){7, 6, 20}, 2); }
+Test(kernels, dwconv_s2_c40) { check_dw(2, 1, (bt_shape){7, 8, 40}, 2); }
+Test(kernels, dwconv_s2_even_c16) { check_dw(2, 1, (bt_shape){8, 8, 16}, 3); }
+Test(kernels, dwconv_s1_pad0_c3) { check_dw(1, 0, (bt_shape){5, 4, 3}, 2); }
+Test(kernels, dwconv_s2_pad2_1x1) { check_dw(2, 2, (bt_shape){1, 2, 17}, 2); }

@@ -70,4 +70,19 @@ void bt_bn_stats(const float *x, size_t rows, int C, const float *shift, double 
 void bt_bn_apply(const float *x, size_t rows, int C, const float *a, const float *y,
                  const float *b, const float *m, const float *c0, float *out);
 
+/* Depthwise 3x3 convolution, NHWC, W[3][3][c] then bias: n samples of
+ * h x w x c -> oh x ow x c with `stride` and `pad`. */
+typedef struct bt_dw_geom {
+  int n, h, w, c, stride, pad, oh, ow;
+} bt_dw_geom;
+
+/* 1 when the AVX-512 depthwise 3x3 kernels run here (stride 1 or 2). */
+int bt_dwconv3x3_ok(const bt_dw_geom *g);
+/* out = bias + dwconv(in, W). */
+void bt_dwconv3x3(const bt_dw_geom *g, const float *in, const float *w, const float *bias,
+                  float *out);
+/* dw += dL/dW, db += dL/db; din = dL/din (overwritten; skipped when NULL). */
+void bt_dwconv3x3_bwd(const bt_dw_geom *g, const float *in, const float *w, const float *dout,
+                      float *din, float *dw, float *db);
+
 #endif
