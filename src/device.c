@@ -1,30 +1,24 @@
 /* device: profiles, the device-time model, throttling and memory accounting;
  * see include/baton/device.h and docs/devices.md.
  *
- * Profiles are read like model files (modelfile.c): libyaml's document API
- * gives a node tree with line/column marks, and every key is checked against
- * a table, so a typo in a profile is an error at its line rather than a
- * silently default-valued board. */
+ * Profiles are read like model files, with the helpers of yamldoc.c:
+ * libyaml's document API gives a node tree with line/column marks, and every
+ * key is checked against a table, so a typo in a profile is an error at its
+ * line rather than a silently default-valued board. */
 #define _POSIX_C_SOURCE 200809L /* strdup */
 
 #include "baton/device.h"
+#include "baton/yamldoc.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <yaml.h>
 
 /* Profiles are a few KiB; a huge file is the wrong file. */
 #define PROFILE_MAX ((size_t)1 << 20)
-
-/* Quoted user text in messages, cut so one message stays one line. */
-#define SHOW_MAX 40
-#define SHOW(s)                                                                                    \
-  (int)(strlen(s) > SHOW_MAX ? SHOW_MAX : strlen(s)), (s), (strlen(s) > SHOW_MAX ? "..." : "")
 
 static const char *const class_names[BT_OP_CLASS_COUNT] = {
     [BT_OP_CONV] = "conv",           [BT_OP_DWCONV] = "dwconv",
@@ -40,132 +34,51 @@ int bt_op_class_compute_bound(bt_op_class c) {
   return c == BT_OP_CONV || c == BT_OP_DWCONV || c == BT_OP_DENSE;
 }
 
-/* ---- reading: YAML helpers (the conventions of modelfile.c) -------------- */
-
-typedef struct reader {
-  yaml_document_t *doc;
-  const char *name; /* file name for messages */
-  bt_err *err;
-} reader;
-
-static int at(const reader *r, yaml_mark_t m, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int at(const reader *r, yaml_mark_t m, const char *fmt, ...) {
-  char msg[BT_ERR_MSG_MAX];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return bt_err_set(r->err, "%.200s:%zu:%zu: %.700s", r->name, m.line + 1, m.column + 1, msg);
-}
-
-static yaml_node_t *node(const reader *r, int id) { return yaml_document_get_node(r->doc, id); }
-static const char *text(const yaml_node_t *nd) { return (const char *)nd->data.scalar.value; }
-
-static int is_null(const yaml_node_t *nd) {
-  if (nd->type != YAML_SCALAR_NODE || nd->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-    return 0;
-  const char *s = text(nd);
-  return !*s || strcmp(s, "~") == 0 || strcmp(s, "null") == 0 || strcmp(s, "Null") == 0 ||
-         strcmp(s, "NULL") == 0;
-}
-
-static void describe(const yaml_node_t *nd, char *buf, size_t n) {
-  if (nd->type == YAML_MAPPING_NODE)
-    snprintf(buf, n, "a mapping");
-  else if (nd->type == YAML_SEQUENCE_NODE)
-    snprintf(buf, n, "a list");
-  else if (is_null(nd))
-    snprintf(buf, n, "nothing");
-  else
-    snprintf(buf, n, "'%.*s%s'", SHOW(text(nd)));
-}
-
-/* Checks that `map` is a mapping whose keys are plain names among `allowed`
- * (n), each given once. `ctx` names the mapping in messages. */
-static int check_keys(const reader *r, const yaml_node_t *map, const char *ctx,
-                      const char *const *allowed, int n) {
-  char list[320] = "", got[96];
-  if (map->type != YAML_MAPPING_NODE) {
-    describe(map, got, sizeof got);
-    return at(r, map->start_mark, "%s: expected a mapping, got %s", ctx, got);
-  }
-  for (int i = 0; i < n; i++)
-    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", allowed[i]);
-  yaml_node_pair_t *start = map->data.mapping.pairs.start;
-  for (yaml_node_pair_t *p = start; p < map->data.mapping.pairs.top; p++) {
-    yaml_node_t *kn = node(r, p->key);
-    if (!kn || !node(r, p->value))
-      return at(r, map->start_mark, "broken YAML mapping");
-    if (kn->type != YAML_SCALAR_NODE || is_null(kn) || strlen(text(kn)) != kn->data.scalar.length) {
-      describe(kn, got, sizeof got);
-      return at(r, kn->start_mark, "%s: expected a key name, got %s", ctx, got);
-    }
-    int known = 0;
-    for (int i = 0; i < n; i++)
-      known |= strcmp(text(kn), allowed[i]) == 0;
-    if (!known)
-      return at(r, kn->start_mark, "%s: unknown key '%.*s%s'; allowed: %s", ctx, SHOW(text(kn)),
-                list);
-    for (yaml_node_pair_t *q = start; q < p; q++) {
-      yaml_node_t *k2 = node(r, q->key);
-      if (strcmp(text(k2), text(kn)) == 0)
-        return at(r, kn->start_mark, "%s: '%s' is given twice (first at line %zu); keep one", ctx,
-                  text(kn), k2->start_mark.line + 1);
-    }
-  }
-  return 0;
-}
-
-static yaml_node_t *lookup(const reader *r, const yaml_node_t *map, const char *key) {
-  if (!map || map->type != YAML_MAPPING_NODE)
-    return NULL;
-  for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++)
-    if (strcmp(text(node(r, p->key)), key) == 0)
-      return node(r, p->value);
-  return NULL;
-}
+/* ---- reading: scalar values ---------------------------------------------- */
 
 /* Strict number: a plain decimal scalar (sign, digits, '.', exponent), finite.
  * Rejects quoted numbers, .nan/.inf, hex. `lo` with `lo_open` bounds it from
  * below; `hint` says what the value means when it is out of range. */
-static int number(const reader *r, const yaml_node_t *v, const char *what, double lo, int lo_open,
-                  const char *hint, double *out) {
+static int number(const bt_yaml_reader *r, const yaml_node_t *v, const char *what, double lo,
+                  int lo_open, const char *hint, double *out) {
   char got[96];
-  if (v->type != YAML_SCALAR_NODE || is_null(v)) {
-    describe(v, got, sizeof got);
-    return at(r, v->start_mark, "%s: expected a number, got %s", what, got);
+  if (v->type != YAML_SCALAR_NODE || bt_yaml_is_null(v)) {
+    bt_yaml_describe(v, got, sizeof got);
+    return bt_yaml_at(r, v->start_mark, "%s: expected a number, got %s", what, got);
   }
-  const char *s = text(v);
+  const char *s = bt_yaml_text(v);
   if (v->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-    return at(r, v->start_mark,
-              "%s: expected a number, got the quoted string '%.*s%s'; remove the quotes", what,
-              SHOW(s));
+    return bt_yaml_at(r, v->start_mark,
+                      "%s: expected a number, got the quoted string '%.*s%s'; remove the quotes",
+                      what, BT_YAML_SHOW(s));
   char *end;
   errno = 0;
   double x = strtod(s, &end);
   if (!*s || *end || strspn(s, "0123456789+-.eE") != strlen(s))
-    return at(r, v->start_mark, "%s: expected a number, got '%.*s%s'", what, SHOW(s));
+    return bt_yaml_at(r, v->start_mark, "%s: expected a number, got '%.*s%s'", what,
+                      BT_YAML_SHOW(s));
   if (!isfinite(x) || errno == ERANGE)
-    return at(r, v->start_mark, "%s: %.*s%s is not a finite number", what, SHOW(s));
+    return bt_yaml_at(r, v->start_mark, "%s: %.*s%s is not a finite number", what, BT_YAML_SHOW(s));
   if (x < lo || (lo_open && x == lo))
-    return at(r, v->start_mark, "%s: %.*s%s is out of range; it must be %s %g (%s)", what, SHOW(s),
-              lo_open ? ">" : ">=", lo, hint);
+    return bt_yaml_at(r, v->start_mark, "%s: %.*s%s is out of range; it must be %s %g (%s)", what,
+                      BT_YAML_SHOW(s), lo_open ? ">" : ">=", lo, hint);
   *out = x;
   return 0;
 }
 
 /* A string value: a scalar (quoted or not), 1..max-1 bytes, no NULs. */
-static int string(const reader *r, const yaml_node_t *v, const char *what, char *out, size_t max) {
+static int string(const bt_yaml_reader *r, const yaml_node_t *v, const char *what, char *out,
+                  size_t max) {
   char got[96];
-  if (v->type != YAML_SCALAR_NODE || is_null(v)) {
-    describe(v, got, sizeof got);
-    return at(r, v->start_mark, "%s: expected text, got %s", what, got);
+  if (v->type != YAML_SCALAR_NODE || bt_yaml_is_null(v)) {
+    bt_yaml_describe(v, got, sizeof got);
+    return bt_yaml_at(r, v->start_mark, "%s: expected text, got %s", what, got);
   }
   size_t len = v->data.scalar.length;
-  if (strlen(text(v)) != len || len < 1 || len >= max)
-    return at(r, v->start_mark, "%s: must be 1 to %zu characters without NULs", what, max - 1);
-  memcpy(out, text(v), len + 1);
+  if (strlen(bt_yaml_text(v)) != len || len < 1 || len >= max)
+    return bt_yaml_at(r, v->start_mark, "%s: must be 1 to %zu characters without NULs", what,
+                      max - 1);
+  memcpy(out, bt_yaml_text(v), len + 1);
   return 0;
 }
 
@@ -208,19 +121,20 @@ static const num_key link_keys[] = {
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 /* Parses section `sec` (the node of key `secname`) of numeric keys. */
-static int parse_section(const reader *r, const yaml_node_t *sec, const char *secname,
+static int parse_section(const bt_yaml_reader *r, const yaml_node_t *sec, const char *secname,
                          const num_key *keys, int n, bt_device *d) {
   const char *names[16];
   for (int i = 0; i < n; i++)
     names[i] = keys[i].key;
-  if (check_keys(r, sec, secname, names, n) < 0)
+  if (bt_yaml_check_keys(r, sec, secname, "key", names, n, BT_YAML_BAD_KEY_IN_CONTEXT) < 0)
     return -1;
   for (int i = 0; i < n; i++) {
     double *field = (double *)(void *)((char *)d + keys[i].off);
-    yaml_node_t *v = lookup(r, sec, keys[i].key);
+    yaml_node_t *v = bt_yaml_lookup(r, sec, keys[i].key);
     if (!v) {
       if (keys[i].required)
-        return at(r, sec->start_mark, "%s: missing '%s' (%s)", secname, keys[i].key, keys[i].hint);
+        return bt_yaml_at(r, sec->start_mark, "%s: missing '%s' (%s)", secname, keys[i].key,
+                          keys[i].hint);
       *field = keys[i].def;
       continue;
     }
@@ -235,48 +149,53 @@ static int parse_section(const reader *r, const yaml_node_t *sec, const char *se
 static const char *const throttle_keys[] = {"after_iteration", "conv",      "dwconv", "dense",
                                             "elementwise",     "pool_norm", "all"};
 
-static int parse_throttle(const reader *r, const yaml_node_t *seq, bt_device *d) {
+static int parse_throttle(const bt_yaml_reader *r, const yaml_node_t *seq, bt_device *d) {
   char got[96];
-  if (is_null(seq))
+  if (bt_yaml_is_null(seq))
     return 0;
   if (seq->type != YAML_SEQUENCE_NODE) {
-    describe(seq, got, sizeof got);
-    return at(r, seq->start_mark,
-              "throttle: expected a list such as [{after_iteration: 50, conv: 2.0}], got %s", got);
+    bt_yaml_describe(seq, got, sizeof got);
+    return bt_yaml_at(
+        r, seq->start_mark,
+        "throttle: expected a list such as [{after_iteration: 50, conv: 2.0}], got %s", got);
   }
   long prev = -1;
   for (yaml_node_item_t *it = seq->data.sequence.items.start; it < seq->data.sequence.items.top;
        it++) {
-    yaml_node_t *e = node(r, *it);
+    yaml_node_t *e = bt_yaml_node(r, *it);
     if (d->n_throttle == BT_DEVICE_THROTTLE_MAX)
-      return at(r, e->start_mark, "throttle: more than %d entries", BT_DEVICE_THROTTLE_MAX);
-    if (check_keys(r, e, "throttle entry", throttle_keys, COUNT(throttle_keys)) < 0)
+      return bt_yaml_at(r, e->start_mark, "throttle: more than %d entries", BT_DEVICE_THROTTLE_MAX);
+    if (bt_yaml_check_keys(r, e, "throttle entry", "key", throttle_keys, COUNT(throttle_keys),
+                           BT_YAML_BAD_KEY_IN_CONTEXT) < 0)
       return -1;
     bt_throttle *t = &d->throttle[d->n_throttle];
-    yaml_node_t *v = lookup(r, e, "after_iteration");
+    yaml_node_t *v = bt_yaml_lookup(r, e, "after_iteration");
     if (!v)
-      return at(r, e->start_mark,
-                "throttle entry: missing 'after_iteration' (the first iteration it applies to)");
+      return bt_yaml_at(
+          r, e->start_mark,
+          "throttle entry: missing 'after_iteration' (the first iteration it applies to)");
     double x;
     if (number(r, v, "throttle.after_iteration", 0, 0, "an iteration number", &x) < 0)
       return -1;
     if (x != floor(x) || x > 1e15)
-      return at(r, v->start_mark, "throttle.after_iteration: expected a whole iteration number");
+      return bt_yaml_at(r, v->start_mark,
+                        "throttle.after_iteration: expected a whole iteration number");
     t->after_iteration = (long)x;
     if (t->after_iteration <= prev)
-      return at(r, v->start_mark,
-                "throttle.after_iteration: %ld does not come after the previous entry's %ld; "
-                "list the entries in increasing order",
-                t->after_iteration, prev);
+      return bt_yaml_at(
+          r, v->start_mark,
+          "throttle.after_iteration: %ld does not come after the previous entry's %ld; "
+          "list the entries in increasing order",
+          t->after_iteration, prev);
     prev = t->after_iteration;
     double all = 1.0;
-    yaml_node_t *a = lookup(r, e, "all");
+    yaml_node_t *a = bt_yaml_lookup(r, e, "all");
     if (a && number(r, a, "throttle.all", 0, 1, "a slow-down factor", &all) < 0)
       return -1;
     int any = a != NULL;
     for (int c = 0; c < BT_OP_CLASS_COUNT; c++) {
       t->factor[c] = all;
-      yaml_node_t *f = lookup(r, e, class_names[c]);
+      yaml_node_t *f = bt_yaml_lookup(r, e, class_names[c]);
       if (!f)
         continue;
       char what[48];
@@ -288,9 +207,10 @@ static int parse_throttle(const reader *r, const yaml_node_t *seq, bt_device *d)
       any = 1;
     }
     if (!any)
-      return at(r, e->start_mark,
-                "throttle entry: give at least one factor (conv, dwconv, dense, elementwise, "
-                "pool_norm or all)");
+      return bt_yaml_at(
+          r, e->start_mark,
+          "throttle entry: give at least one factor (conv, dwconv, dense, elementwise, "
+          "pool_norm or all)");
     d->n_throttle++;
   }
   return 0;
@@ -299,115 +219,65 @@ static int parse_throttle(const reader *r, const yaml_node_t *seq, bt_device *d)
 static const char *const top_keys[] = {"name",   "description", "kind",    "compute",
                                        "memory", "link",        "throttle"};
 
-static int load_root(const reader *r, const yaml_node_t *root, bt_device *d) {
+/* Fills the bt_device `dev` from the document root (a bt_yaml_root_fn). */
+static int load_root(const bt_yaml_reader *r, const yaml_node_t *root, void *dev) {
+  bt_device *d = dev;
   char got[96];
-  if (!root || is_null(root))
+  if (!root || bt_yaml_is_null(root))
     return bt_err_set(r->err,
                       "%.200s: empty device profile; it needs name, kind, compute, memory and "
                       "link (see docs/devices.md)",
                       r->name);
   if (root->type != YAML_MAPPING_NODE) {
-    describe(root, got, sizeof got);
-    return at(r, root->start_mark, "expected a mapping with keys name, kind, compute, ...; got %s",
-              got);
+    bt_yaml_describe(root, got, sizeof got);
+    return bt_yaml_at(r, root->start_mark,
+                      "expected a mapping with keys name, kind, compute, ...; got %s", got);
   }
-  if (check_keys(r, root, "device profile", top_keys, COUNT(top_keys)) < 0)
+  if (bt_yaml_check_keys(r, root, "device profile", "key", top_keys, COUNT(top_keys),
+                         BT_YAML_BAD_KEY_IN_CONTEXT) < 0)
     return -1;
   static const char *const required[] = {"name", "kind", "compute", "memory", "link"};
   for (int i = 0; i < COUNT(required); i++)
-    if (!lookup(r, root, required[i]))
-      return at(r, root->start_mark, "device profile: missing '%s' (see docs/devices.md)",
-                required[i]);
-  if (string(r, lookup(r, root, "name"), "name", d->name, sizeof d->name) < 0)
+    if (!bt_yaml_lookup(r, root, required[i]))
+      return bt_yaml_at(r, root->start_mark, "device profile: missing '%s' (see docs/devices.md)",
+                        required[i]);
+  if (string(r, bt_yaml_lookup(r, root, "name"), "name", d->name, sizeof d->name) < 0)
     return -1;
   if (strspn(d->name, "abcdefghijklmnopqrstuvwxyz0123456789-_.") != strlen(d->name) ||
       d->name[0] == '.')
-    return at(r, lookup(r, root, "name")->start_mark,
-              "name: '%.*s%s' may hold only lower-case letters, digits, '-', '_' and '.'",
-              SHOW(d->name));
-  yaml_node_t *desc = lookup(r, root, "description");
+    return bt_yaml_at(r, bt_yaml_lookup(r, root, "name")->start_mark,
+                      "name: '%.*s%s' may hold only lower-case letters, digits, '-', '_' and '.'",
+                      BT_YAML_SHOW(d->name));
+  yaml_node_t *desc = bt_yaml_lookup(r, root, "description");
   if (desc && string(r, desc, "description", d->description, sizeof d->description) < 0)
     return -1;
-  yaml_node_t *kind = lookup(r, root, "kind");
+  yaml_node_t *kind = bt_yaml_lookup(r, root, "kind");
   if (kind->type != YAML_SCALAR_NODE ||
-      (strcmp(text(kind), "gpu") != 0 && strcmp(text(kind), "cpu") != 0)) {
-    describe(kind, got, sizeof got);
-    return at(r, kind->start_mark, "kind: expected gpu or cpu, got %s", got);
+      (strcmp(bt_yaml_text(kind), "gpu") != 0 && strcmp(bt_yaml_text(kind), "cpu") != 0)) {
+    bt_yaml_describe(kind, got, sizeof got);
+    return bt_yaml_at(r, kind->start_mark, "kind: expected gpu or cpu, got %s", got);
   }
-  d->kind = strcmp(text(kind), "gpu") == 0 ? BT_DEVICE_GPU : BT_DEVICE_CPU;
-  if (parse_section(r, lookup(r, root, "compute"), "compute", compute_keys, COUNT(compute_keys),
+  d->kind = strcmp(bt_yaml_text(kind), "gpu") == 0 ? BT_DEVICE_GPU : BT_DEVICE_CPU;
+  if (parse_section(r, bt_yaml_lookup(r, root, "compute"), "compute", compute_keys,
+                    COUNT(compute_keys), d) < 0 ||
+      parse_section(r, bt_yaml_lookup(r, root, "memory"), "memory", memory_keys, COUNT(memory_keys),
                     d) < 0 ||
-      parse_section(r, lookup(r, root, "memory"), "memory", memory_keys, COUNT(memory_keys), d) <
-          0 ||
-      parse_section(r, lookup(r, root, "link"), "link", link_keys, COUNT(link_keys), d) < 0)
+      parse_section(r, bt_yaml_lookup(r, root, "link"), "link", link_keys, COUNT(link_keys), d) < 0)
     return -1;
-  yaml_node_t *thr = lookup(r, root, "throttle");
+  yaml_node_t *thr = bt_yaml_lookup(r, root, "throttle");
   if (thr && parse_throttle(r, thr, d) < 0)
     return -1;
   return 0;
 }
 
-static yaml_mark_t offset_mark(const char *s, size_t offset) {
-  yaml_mark_t m = {0, 0, 0};
-  for (size_t i = 0; i < offset && s[i]; i++) {
-    if (s[i] == '\n') {
-      m.line++;
-      m.column = 0;
-    } else {
-      m.column++;
-    }
-  }
-  return m;
-}
-
-static int yaml_error(const reader *r, const yaml_parser_t *p, const char *s) {
-  const char *problem = p->problem ? p->problem : "unknown problem";
-  switch (p->error) {
-  case YAML_MEMORY_ERROR:
-    return bt_err_set(r->err, "%.200s: out of memory while parsing YAML", r->name);
-  case YAML_READER_ERROR:
-    return at(r, offset_mark(s, p->problem_offset),
-              "not readable as YAML text: %s; save the file as UTF-8", problem);
-  default:
-    if (p->context)
-      return at(r, p->problem_mark, "invalid YAML: %s (%s at line %zu, column %zu)", problem,
-                p->context, p->context_mark.line + 1, p->context_mark.column + 1);
-    return at(r, p->problem_mark, "invalid YAML: %s", problem);
-  }
-}
-
 int bt_device_load_string(const char *yaml, const char *name_for_errors, bt_device *d,
                           bt_err *err) {
   memset(d, 0, sizeof *d);
-  reader r = {.doc = NULL, .name = name_for_errors ? name_for_errors : "<string>", .err = err};
+  bt_yaml_reader r = {
+      .doc = NULL, .name = name_for_errors ? name_for_errors : "<string>", .err = err};
   if (!yaml)
     return bt_err_set(err, "%.200s: no YAML text", r.name);
-  yaml_parser_t parser;
-  if (!yaml_parser_initialize(&parser))
-    return bt_err_set(err, "%.200s: out of memory", r.name);
-  yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, strlen(yaml));
-  yaml_document_t doc;
-  int rc;
-  if (!yaml_parser_load(&parser, &doc)) {
-    rc = yaml_error(&r, &parser, yaml);
-  } else {
-    r.doc = &doc;
-    rc = load_root(&r, yaml_document_get_root_node(&doc), d);
-    yaml_document_delete(&doc);
-    if (rc == 0) {
-      /* A second document is most likely a second profile pasted in. */
-      yaml_document_t doc2;
-      if (!yaml_parser_load(&parser, &doc2)) {
-        rc = yaml_error(&r, &parser, yaml);
-      } else {
-        if (yaml_document_get_root_node(&doc2))
-          rc = at(&r, doc2.start_mark,
-                  "a second YAML document starts here; a profile file holds one device");
-        yaml_document_delete(&doc2);
-      }
-    }
-  }
-  yaml_parser_delete(&parser);
+  int rc = bt_yaml_load(&r, yaml, load_root, d, "a profile file holds one device");
   if (rc < 0)
     memset(d, 0, sizeof *d);
   return rc;
@@ -436,9 +306,9 @@ int bt_device_load(const char *path, bt_device *d, bt_err *err) {
     buf[n] = '\0';
     const char *nul = memchr(buf, '\0', n);
     if (nul) {
-      reader r = {.name = path, .err = err};
-      rc = at(&r, offset_mark(buf, (size_t)(nul - buf)),
-              "NUL byte in the file; a device profile is text (UTF-8)");
+      bt_yaml_reader r = {.name = path, .err = err};
+      rc = bt_yaml_at(&r, bt_yaml_offset_mark(buf, (size_t)(nul - buf)),
+                      "NUL byte in the file; a device profile is text (UTF-8)");
     } else {
       rc = bt_device_load_string(buf, path, d, err);
     }
@@ -527,7 +397,7 @@ int bt_device_find(const char *name, const char *data_dir, bt_device *d, bt_err 
       strlen(name) >= BT_DEVICE_NAME_MAX) {
     names_text(data_dir, known, sizeof known);
     return bt_err_set(err, "device name '%.*s%s' is not a profile name; known devices: %s",
-                      SHOW(name ? name : ""), known);
+                      BT_YAML_SHOW(name ? name : ""), known);
   }
   char path[1200];
   snprintf(path, sizeof path, "%s/devices/%s.yaml", data_dir, name);

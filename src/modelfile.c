@@ -1,36 +1,30 @@
 /* modelfile: reading and writing model files (YAML); see include/baton/modelfile.h.
  *
- * Reading uses libyaml's document API: the whole file becomes a node tree
- * whose nodes keep line/column marks. The layers are parsed into a bt_model
- * with the same descriptor builders the zoo uses (so defaults cannot drift),
- * then shapes are checked by walking the layers and their nodes side by side,
- * so that a shape error points at the layer's own line instead of a layer
- * number. bt_model_finalize then does the real work on a model known to fit.
+ * Reading uses libyaml's document API through yamldoc.c: the whole file
+ * becomes a node tree whose nodes keep line/column marks. The layers are
+ * parsed into a bt_model with the same descriptor builders the zoo uses (so
+ * defaults cannot drift), then shapes are checked by walking the layers and
+ * their nodes side by side, so that a shape error points at the layer's own
+ * line instead of a layer number. bt_model_finalize then does the real work
+ * on a model known to fit.
  *
  * Writing emits one line per layer in flow style ("- conv2d: {out: 6, ...}"),
  * every hyper-parameter spelled out, so that diffs between model files read
  * like diffs between architectures. */
 #include "baton/modelfile.h"
+#include "baton/yamldoc.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <yaml.h>
 
 /* Generous bounds that keep every derived size inside an int, which is how
  * layers.c stores shapes. */
 enum { DIM_MAX = 65535, UNITS_MAX = 1 << 20, WINDOW_MAX = 65535, NAME_MAX_LEN = 63 };
 /* Model files are a few KiB; a huge one is the wrong file. */
 #define MODELFILE_MAX ((size_t)16 << 20)
-
-/* Quoted user text in messages, cut so one message stays one readable line.
- * Use as '%.*s%s' with SHOW(s). */
-#define SHOW_MAX 40
-#define SHOW(s)                                                                                    \
-  (int)(strlen(s) > SHOW_MAX ? SHOW_MAX : strlen(s)), (s), (strlen(s) > SHOW_MAX ? "..." : "")
 
 /* Parameters each kind accepts, in the order the writer emits them, and an
  * example used by "missing parameter" hints. Kinds without parameters have
@@ -71,108 +65,11 @@ static void zoo_list(char *buf, size_t n) {
 
 /* ---- reading: YAML helpers ------------------------------------------------ */
 
+/* yamldoc's reader, plus what model files add to it. */
 typedef struct reader {
-  yaml_document_t *doc;
-  const char *name; /* file name for messages */
-  bt_err *err;
+  bt_yaml_reader y;
   int classes; /* what the word `classes` stands for */
 } reader;
-
-/* Error at a libyaml mark (0-based) printed 1-based: "file:line:col: ..." */
-static int at(const reader *r, yaml_mark_t m, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int at(const reader *r, yaml_mark_t m, const char *fmt, ...) {
-  char msg[BT_ERR_MSG_MAX];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return bt_err_set(r->err, "%.200s:%zu:%zu: %.700s", r->name, m.line + 1, m.column + 1, msg);
-}
-
-static yaml_node_t *node(const reader *r, int id) { return yaml_document_get_node(r->doc, id); }
-
-static const char *text(const yaml_node_t *nd) { return (const char *)nd->data.scalar.value; }
-
-/* YAML's null: an empty plain value ("key:"), "~" or "null". */
-static int is_null(const yaml_node_t *nd) {
-  if (nd->type != YAML_SCALAR_NODE || nd->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-    return 0;
-  const char *s = text(nd);
-  return !*s || strcmp(s, "~") == 0 || strcmp(s, "null") == 0 || strcmp(s, "Null") == 0 ||
-         strcmp(s, "NULL") == 0;
-}
-
-/* "a mapping", "a list" or "'text'", for "expected X, got Y". */
-static void describe(const yaml_node_t *nd, char *buf, size_t n) {
-  if (nd->type == YAML_MAPPING_NODE)
-    snprintf(buf, n, "a mapping");
-  else if (nd->type == YAML_SEQUENCE_NODE)
-    snprintf(buf, n, "a list");
-  else if (is_null(nd))
-    snprintf(buf, n, "nothing");
-  else
-    snprintf(buf, n, "'%.*s%s'", SHOW(text(nd)));
-}
-
-/* A mapping key or a kind name: a plain scalar without embedded NULs. */
-static int name_node(const reader *r, const yaml_node_t *nd, const char *what) {
-  char got[96];
-  if (nd->type != YAML_SCALAR_NODE || is_null(nd)) {
-    describe(nd, got, sizeof got);
-    return at(r, nd->start_mark, "expected %s, got %s", what, got);
-  }
-  if (strlen(text(nd)) != nd->data.scalar.length)
-    return at(r, nd->start_mark, "%s contains a NUL character", what);
-  return 0;
-}
-
-/* Checks that every key of mapping `map` is a name among `allowed` (n of
- * them) and appears once. `ctx` prefixes messages ("conv2d", "model file");
- * `noun` names the keys ("parameter", "key"). */
-static int check_keys(const reader *r, const yaml_node_t *map, const char *ctx, const char *noun,
-                      const char *const *allowed, int n) {
-  char list[256] = "";
-  for (int i = 0; i < n; i++)
-    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", allowed[i]);
-  yaml_node_pair_t *start = map->data.mapping.pairs.start;
-  for (yaml_node_pair_t *p = start; p < map->data.mapping.pairs.top; p++) {
-    yaml_node_t *kn = node(r, p->key);
-    if (!kn || !node(r, p->value))
-      return at(r, map->start_mark, "broken YAML mapping");
-    char what[32];
-    snprintf(what, sizeof what, "a %s name", noun);
-    if (name_node(r, kn, what) < 0)
-      return -1;
-    int known = 0;
-    for (int i = 0; i < n; i++)
-      known |= strcmp(text(kn), allowed[i]) == 0;
-    if (!known) {
-      if (n == 0)
-        return at(r, kn->start_mark, "%s: unknown %s '%.*s%s'; %s takes no %ss", ctx, noun,
-                  SHOW(text(kn)), ctx, noun);
-      return at(r, kn->start_mark, "%s: unknown %s '%.*s%s'; allowed: %s", ctx, noun,
-                SHOW(text(kn)), list);
-    }
-    for (yaml_node_pair_t *q = start; q < p; q++) {
-      yaml_node_t *k2 = node(r, q->key);
-      if (strcmp(text(k2), text(kn)) == 0)
-        return at(r, kn->start_mark, "%s: '%s' is given twice (first at line %zu); keep one", ctx,
-                  text(kn), k2->start_mark.line + 1);
-    }
-  }
-  return 0;
-}
-
-/* The value of key `key` in mapping `map` (keys already checked), or NULL. */
-static yaml_node_t *lookup(const reader *r, const yaml_node_t *map, const char *key) {
-  if (!map)
-    return NULL;
-  for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++)
-    if (strcmp(text(node(r, p->key)), key) == 0)
-      return node(r, p->value);
-  return NULL;
-}
 
 /* Strict integer: a plain (unquoted) scalar of digits with an optional sign,
  * within [lo, hi]; with `classes_ok`, the word "classes" stands for the
@@ -180,30 +77,30 @@ static yaml_node_t *lookup(const reader *r, const yaml_node_t *map, const char *
 static int int_value(const reader *r, const yaml_node_t *v, const char *what, long lo, long hi,
                      int classes_ok, int *out) {
   char got[96];
-  if (v->type != YAML_SCALAR_NODE || is_null(v)) {
-    describe(v, got, sizeof got);
-    return at(r, v->start_mark, "%s: expected an integer%s, got %s", what,
-              classes_ok ? " or 'classes'" : "", got);
+  if (v->type != YAML_SCALAR_NODE || bt_yaml_is_null(v)) {
+    bt_yaml_describe(v, got, sizeof got);
+    return bt_yaml_at(&r->y, v->start_mark, "%s: expected an integer%s, got %s", what,
+                      classes_ok ? " or 'classes'" : "", got);
   }
-  const char *s = text(v);
+  const char *s = bt_yaml_text(v);
   if (v->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-    return at(r, v->start_mark,
-              "%s: expected an integer, got the quoted string '%.*s%s'; remove "
-              "the quotes",
-              what, SHOW(s));
+    return bt_yaml_at(&r->y, v->start_mark,
+                      "%s: expected an integer, got the quoted string '%.*s%s'; remove "
+                      "the quotes",
+                      what, BT_YAML_SHOW(s));
   if (classes_ok && strcmp(s, "classes") == 0) {
     *out = r->classes;
     return 0;
   }
   const char *d = s + (*s == '-' || *s == '+');
   if (!*d || strspn(d, "0123456789") != strlen(d))
-    return at(r, v->start_mark, "%s: expected an integer%s, got '%.*s%s'", what,
-              classes_ok ? " or 'classes'" : "", SHOW(s));
+    return bt_yaml_at(&r->y, v->start_mark, "%s: expected an integer%s, got '%.*s%s'", what,
+                      classes_ok ? " or 'classes'" : "", BT_YAML_SHOW(s));
   errno = 0;
   long x = strtol(s, NULL, 10);
   if (errno == ERANGE || x < lo || x > hi)
-    return at(r, v->start_mark, "%s: %.*s%s is out of range; use %ld to %ld", what, SHOW(s), lo,
-              hi);
+    return bt_yaml_at(&r->y, v->start_mark, "%s: %.*s%s is out of range; use %ld to %ld", what,
+                      BT_YAML_SHOW(s), lo, hi);
   *out = (int)x;
   return 0;
 }
@@ -213,11 +110,11 @@ static int int_param(const reader *r, const yaml_node_t *kind_node, const yaml_n
                      bt_layer_kind kind, const char *key, int required, int def, long lo, long hi,
                      int classes_ok, int *out) {
   const char *kname = bt_layer_kind_name(kind);
-  yaml_node_t *v = lookup(r, params, key);
+  yaml_node_t *v = bt_yaml_lookup(&r->y, params, key);
   if (!v) {
     if (required)
-      return at(r, kind_node->start_mark, "%s: missing parameter '%s'; write e.g. %s", kname, key,
-                kinds[kind].example);
+      return bt_yaml_at(&r->y, kind_node->start_mark, "%s: missing parameter '%s'; write e.g. %s",
+                        kname, key, kinds[kind].example);
     *out = def;
     return 0;
   }
@@ -230,12 +127,12 @@ static int int_param(const reader *r, const yaml_node_t *kind_node, const yaml_n
 static int kernel_param(const reader *r, const yaml_node_t *kind_node, const yaml_node_t *params,
                         bt_layer_kind kind, int *kh, int *kw) {
   const char *kname = bt_layer_kind_name(kind);
-  yaml_node_t *v = lookup(r, params, "kernel");
+  yaml_node_t *v = bt_yaml_lookup(&r->y, params, "kernel");
   char what[64];
   snprintf(what, sizeof what, "%s.kernel", kname);
   if (!v)
-    return at(r, kind_node->start_mark, "%s: missing parameter 'kernel'; write e.g. %s", kname,
-              kinds[kind].example);
+    return bt_yaml_at(&r->y, kind_node->start_mark, "%s: missing parameter 'kernel'; write e.g. %s",
+                      kname, kinds[kind].example);
   if (v->type != YAML_SEQUENCE_NODE) {
     if (int_value(r, v, what, 1, WINDOW_MAX, 0, kh) < 0)
       return -1;
@@ -244,10 +141,11 @@ static int kernel_param(const reader *r, const yaml_node_t *kind_node, const yam
   }
   yaml_node_item_t *it = v->data.sequence.items.start;
   if (v->data.sequence.items.top - it != 2)
-    return at(r, v->start_mark, "%s: expected one integer or [height, width], got a list of %d",
-              what, (int)(v->data.sequence.items.top - it));
-  if (int_value(r, node(r, it[0]), what, 1, WINDOW_MAX, 0, kh) < 0 ||
-      int_value(r, node(r, it[1]), what, 1, WINDOW_MAX, 0, kw) < 0)
+    return bt_yaml_at(&r->y, v->start_mark,
+                      "%s: expected one integer or [height, width], got a list of %d", what,
+                      (int)(v->data.sequence.items.top - it));
+  if (int_value(r, bt_yaml_node(&r->y, it[0]), what, 1, WINDOW_MAX, 0, kh) < 0 ||
+      int_value(r, bt_yaml_node(&r->y, it[1]), what, 1, WINDOW_MAX, 0, kw) < 0)
     return -1;
   return 0;
 }
@@ -255,31 +153,33 @@ static int kernel_param(const reader *r, const yaml_node_t *kind_node, const yam
 /* Strict probability in [0, 1): a plain decimal number. */
 static int prob_param(const reader *r, const yaml_node_t *params, const char *what, float def,
                       float *out) {
-  yaml_node_t *v = lookup(r, params, "p");
+  yaml_node_t *v = bt_yaml_lookup(&r->y, params, "p");
   if (!v) {
     *out = def;
     return 0;
   }
   char got[96];
-  if (v->type != YAML_SCALAR_NODE || is_null(v)) {
-    describe(v, got, sizeof got);
-    return at(r, v->start_mark, "%s: expected a number in [0, 1), got %s", what, got);
+  if (v->type != YAML_SCALAR_NODE || bt_yaml_is_null(v)) {
+    bt_yaml_describe(v, got, sizeof got);
+    return bt_yaml_at(&r->y, v->start_mark, "%s: expected a number in [0, 1), got %s", what, got);
   }
-  const char *s = text(v);
+  const char *s = bt_yaml_text(v);
   if (v->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-    return at(r, v->start_mark,
-              "%s: expected a number, got the quoted string '%.*s%s'; remove "
-              "the quotes",
-              what, SHOW(s));
+    return bt_yaml_at(&r->y, v->start_mark,
+                      "%s: expected a number, got the quoted string '%.*s%s'; remove "
+                      "the quotes",
+                      what, BT_YAML_SHOW(s));
   char *end;
   /* strtof, not strtod: the writer prints the shortest text that strtof
    * maps back to the same float, so the round trip is exact. */
   float x = strtof(s, &end);
   if (!*s || *end || strspn(s, "0123456789+-.eE") != strlen(s))
-    return at(r, v->start_mark, "%s: expected a number in [0, 1), got '%.*s%s'", what, SHOW(s));
+    return bt_yaml_at(&r->y, v->start_mark, "%s: expected a number in [0, 1), got '%.*s%s'", what,
+                      BT_YAML_SHOW(s));
   if (!(x >= 0.0f && x < 1.0f))
-    return at(r, v->start_mark, "%s: %.*s%s is out of range; use a probability in [0, 1)", what,
-              SHOW(s));
+    return bt_yaml_at(&r->y, v->start_mark,
+                      "%s: %.*s%s is out of range; use a probability in [0, 1)", what,
+                      BT_YAML_SHOW(s));
   *out = x;
   return 0;
 }
@@ -315,20 +215,21 @@ static int parse_layer(const reader *r, const yaml_node_t *item, int nested, bt_
 
 /* A list of layers inside a residual block; null or [] is empty. */
 static int parse_sub_list(const reader *r, const yaml_node_t *v, const char *what, layer_vec *out) {
-  if (!v || is_null(v))
+  if (!v || bt_yaml_is_null(v))
     return 0;
   if (v->type != YAML_SEQUENCE_NODE) {
     char got[96];
-    describe(v, got, sizeof got);
-    return at(r, v->start_mark, "residual.%s: expected a list of layers (- conv2d: {...}), got %s",
-              what, got);
+    bt_yaml_describe(v, got, sizeof got);
+    return bt_yaml_at(&r->y, v->start_mark,
+                      "residual.%s: expected a list of layers (- conv2d: {...}), got %s", what,
+                      got);
   }
   for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
     bt_layer l;
-    if (parse_layer(r, node(r, *it), 1, &l) < 0)
+    if (parse_layer(r, bt_yaml_node(&r->y, *it), 1, &l) < 0)
       return -1;
     if (vec_push(out, l) < 0)
-      return bt_err_set(r->err, "%s: out of memory", r->name);
+      return bt_err_set(r->y.err, "%s: out of memory", r->y.name);
   }
   return 0;
 }
@@ -336,29 +237,31 @@ static int parse_sub_list(const reader *r, const yaml_node_t *v, const char *wha
 static int parse_residual(const reader *r, const yaml_node_t *kind_node, const yaml_node_t *params,
                           bt_layer *out) {
   if (!params)
-    return at(r, kind_node->start_mark, "residual: missing 'body'; write e.g. %s",
-              kinds[BT_RESIDUAL].example);
+    return bt_yaml_at(&r->y, kind_node->start_mark, "residual: missing 'body'; write e.g. %s",
+                      kinds[BT_RESIDUAL].example);
   int post_relu = 0;
-  yaml_node_t *post = lookup(r, params, "post");
+  yaml_node_t *post = bt_yaml_lookup(&r->y, params, "post");
   if (post) {
     if (post->type != YAML_SCALAR_NODE ||
-        (strcmp(text(post), "relu") != 0 && strcmp(text(post), "none") != 0)) {
+        (strcmp(bt_yaml_text(post), "relu") != 0 && strcmp(bt_yaml_text(post), "none") != 0)) {
       char got[96];
-      describe(post, got, sizeof got);
-      return at(r, post->start_mark, "residual.post: expected relu or none, got %s", got);
+      bt_yaml_describe(post, got, sizeof got);
+      return bt_yaml_at(&r->y, post->start_mark, "residual.post: expected relu or none, got %s",
+                        got);
     }
-    post_relu = strcmp(text(post), "relu") == 0;
+    post_relu = strcmp(bt_yaml_text(post), "relu") == 0;
   }
-  yaml_node_t *body_node = lookup(r, params, "body");
+  yaml_node_t *body_node = bt_yaml_lookup(&r->y, params, "body");
   if (!body_node)
-    return at(r, kind_node->start_mark, "residual: missing 'body'; write e.g. %s",
-              kinds[BT_RESIDUAL].example);
+    return bt_yaml_at(&r->y, kind_node->start_mark, "residual: missing 'body'; write e.g. %s",
+                      kinds[BT_RESIDUAL].example);
   layer_vec body = {0}, shortcut = {0};
   int rc = parse_sub_list(r, body_node, "body", &body);
   if (rc == 0 && body.n == 0)
-    rc = at(r, body_node->start_mark, "residual.body: is empty; give it at least one layer");
+    rc = bt_yaml_at(&r->y, body_node->start_mark,
+                    "residual.body: is empty; give it at least one layer");
   if (rc == 0)
-    rc = parse_sub_list(r, lookup(r, params, "shortcut"), "shortcut", &shortcut);
+    rc = parse_sub_list(r, bt_yaml_lookup(&r->y, params, "shortcut"), "shortcut", &shortcut);
   if (rc == 0)
     *out = bt_residual(body.v, body.n, shortcut.v, shortcut.n, post_relu);
   vec_free(&body);
@@ -371,56 +274,60 @@ static int parse_residual(const reader *r, const yaml_node_t *kind_node, const y
 static int parse_layer(const reader *r, const yaml_node_t *item, int nested, bt_layer *out) {
   char got[96], list[256];
   if (!item)
-    return bt_err_set(r->err, "%s: broken YAML list", r->name);
+    return bt_err_set(r->y.err, "%s: broken YAML list", r->y.name);
   const yaml_node_t *kn = item, *params = NULL;
   if (item->type == YAML_MAPPING_NODE) {
     yaml_node_pair_t *p = item->data.mapping.pairs.start;
     long n = item->data.mapping.pairs.top - p;
     if (n == 0)
-      return at(r, item->start_mark, "empty layer {}; write a layer kind, e.g. relu or %s",
-                kinds[BT_CONV2D].example);
-    kn = node(r, p[0].key);
-    if (!kn || !node(r, p[0].value))
-      return at(r, item->start_mark, "broken YAML mapping");
+      return bt_yaml_at(&r->y, item->start_mark,
+                        "empty layer {}; write a layer kind, e.g. relu or %s",
+                        kinds[BT_CONV2D].example);
+    kn = bt_yaml_node(&r->y, p[0].key);
+    if (!kn || !bt_yaml_node(&r->y, p[0].value))
+      return bt_yaml_at(&r->y, item->start_mark, "broken YAML mapping");
     if (n > 1) {
-      const yaml_node_t *k2 = node(r, p[1].key);
-      return at(r, k2 ? k2->start_mark : item->start_mark,
-                "a layer has one key, its kind, but this one also has '%.*s%s'; indent the "
-                "parameters under the kind or write them as %s",
-                SHOW(k2 && k2->type == YAML_SCALAR_NODE ? text(k2) : "?"),
-                kinds[BT_CONV2D].example);
+      const yaml_node_t *k2 = bt_yaml_node(&r->y, p[1].key);
+      return bt_yaml_at(&r->y, k2 ? k2->start_mark : item->start_mark,
+                        "a layer has one key, its kind, but this one also has '%.*s%s'; indent the "
+                        "parameters under the kind or write them as %s",
+                        BT_YAML_SHOW(k2 && k2->type == YAML_SCALAR_NODE ? bt_yaml_text(k2) : "?"),
+                        kinds[BT_CONV2D].example);
     }
-    params = node(r, p[0].value);
+    params = bt_yaml_node(&r->y, p[0].value);
   } else if (item->type != YAML_SCALAR_NODE) {
-    return at(r, item->start_mark, "expected a layer (e.g. relu or %s), got a list",
-              kinds[BT_CONV2D].example);
+    return bt_yaml_at(&r->y, item->start_mark, "expected a layer (e.g. relu or %s), got a list",
+                      kinds[BT_CONV2D].example);
   }
-  if (name_node(r, kn, "a layer kind") < 0)
+  if (bt_yaml_name(&r->y, kn, "a layer kind") < 0)
     return -1;
-  int kind = bt_layer_kind_parse(text(kn));
+  int kind = bt_layer_kind_parse(bt_yaml_text(kn));
   if (kind < 0) {
     kind_list(list, sizeof list);
-    return at(r, kn->start_mark, "unknown layer kind '%.*s%s'; kinds are: %s", SHOW(text(kn)),
-              list);
+    return bt_yaml_at(&r->y, kn->start_mark, "unknown layer kind '%.*s%s'; kinds are: %s",
+                      BT_YAML_SHOW(bt_yaml_text(kn)), list);
   }
   if (nested && (kind == BT_RESIDUAL || kind == BT_SOFTMAX_CE))
-    return at(r, kn->start_mark, "a %s cannot sit inside a residual block; move it out%s", text(kn),
-              kind == BT_RESIDUAL ? " (blocks follow each other, they do not nest)" : "");
+    return bt_yaml_at(&r->y, kn->start_mark,
+                      "a %s cannot sit inside a residual block; move it out%s", bt_yaml_text(kn),
+                      kind == BT_RESIDUAL ? " (blocks follow each other, they do not nest)" : "");
   const char *kname = bt_layer_kind_name((bt_layer_kind)kind);
-  if (params && is_null(params))
+  if (params && bt_yaml_is_null(params))
     params = NULL; /* "relu:" */
   if (params && params->type != YAML_MAPPING_NODE) {
-    describe(params, got, sizeof got);
+    bt_yaml_describe(params, got, sizeof got);
     if (!kinds[kind].params[0])
-      return at(r, params->start_mark, "%s takes no parameters, got %s; write just '- %s'", kname,
-                got, kname);
-    return at(r, params->start_mark, "%s: expected a mapping of parameters, got %s; write e.g. %s",
-              kname, got, kinds[kind].example);
+      return bt_yaml_at(&r->y, params->start_mark,
+                        "%s takes no parameters, got %s; write just '- %s'", kname, got, kname);
+    return bt_yaml_at(&r->y, params->start_mark,
+                      "%s: expected a mapping of parameters, got %s; write e.g. %s", kname, got,
+                      kinds[kind].example);
   }
   int n_allowed = 0;
   while (n_allowed < 4 && kinds[kind].params[n_allowed])
     n_allowed++;
-  if (params && check_keys(r, params, kname, "parameter", kinds[kind].params, n_allowed) < 0)
+  if (params && bt_yaml_check_keys(&r->y, params, kname, "parameter", kinds[kind].params, n_allowed,
+                                   BT_YAML_BAD_KEY_AS_NAME) < 0)
     return -1;
 
   int units = 0, kh = 1, kw = 1, stride = 1, pad = 0;
@@ -439,8 +346,9 @@ static int parse_layer(const reader *r, const yaml_node_t *item, int nested, bt_
      * non-square pool has no single such stride, so it must say. */
     int pool = kind == BT_MAXPOOL || kind == BT_AVGPOOL;
     int def_stride = pool ? kh : 1;
-    if (pool && kh != kw && !lookup(r, params, "stride"))
-      return at(r, kn->start_mark, "%s: a %dx%d window needs an explicit 'stride'", kname, kh, kw);
+    if (pool && kh != kw && !bt_yaml_lookup(&r->y, params, "stride"))
+      return bt_yaml_at(&r->y, kn->start_mark, "%s: a %dx%d window needs an explicit 'stride'",
+                        kname, kh, kw);
     if (int_param(r, kn, params, (bt_layer_kind)kind, "stride", 0, def_stride, 1, WINDOW_MAX, 0,
                   &stride) < 0 ||
         int_param(r, kn, params, (bt_layer_kind)kind, "pad", 0, 0, 0, WINDOW_MAX, 0, &pad) < 0)
@@ -489,7 +397,8 @@ static int parse_layer(const reader *r, const yaml_node_t *item, int nested, bt_
   case BT_LAYER_KIND_COUNT:
     break;
   }
-  return at(r, kn->start_mark, "layer kind '%s' is not supported in model files", kname);
+  return bt_yaml_at(&r->y, kn->start_mark, "layer kind '%s' is not supported in model files",
+                    kname);
 }
 
 /* ---- reading: shapes ------------------------------------------------------- */
@@ -497,9 +406,9 @@ static int parse_layer(const reader *r, const yaml_node_t *item, int nested, bt_
 /* The node of sub-layer j of the residual whose entry is `item`. */
 static const yaml_node_t *sub_node(const reader *r, const yaml_node_t *item, const bt_layer *l,
                                    int j) {
-  const yaml_node_t *params = node(r, item->data.mapping.pairs.start[0].value);
-  const yaml_node_t *seq = lookup(r, params, j < l->n_body ? "body" : "shortcut");
-  return node(r, seq->data.sequence.items.start[j < l->n_body ? j : j - l->n_body]);
+  const yaml_node_t *params = bt_yaml_node(&r->y, item->data.mapping.pairs.start[0].value);
+  const yaml_node_t *seq = bt_yaml_lookup(&r->y, params, j < l->n_body ? "body" : "shortcut");
+  return bt_yaml_node(&r->y, seq->data.sequence.items.start[j < l->n_body ? j : j - l->n_body]);
 }
 
 /* Finalizes one layer at input `in`, naming it by its position in the file.
@@ -507,14 +416,14 @@ static const yaml_node_t *sub_node(const reader *r, const yaml_node_t *item, con
 static int finalize_at(const reader *r, bt_layer *l, bt_shape in, yaml_mark_t mark,
                        const char *where_tail) {
   char where[320];
-  snprintf(where, sizeof where, "%.150s:%zu:%zu: %.120s", r->name, mark.line + 1, mark.column + 1,
+  snprintf(where, sizeof where, "%.150s:%zu:%zu: %.120s", r->y.name, mark.line + 1, mark.column + 1,
            where_tail);
   if (bt_shape_elems(in) > INT_MAX)
-    return bt_err_set(r->err,
+    return bt_err_set(r->y.err,
                       "%s: input %dx%dx%d has more than %d values; shrink the layers before", where,
                       in.h, in.w, in.c, INT_MAX);
   l->in = in;
-  return bt_layer_finalize(l, where, r->err);
+  return bt_layer_finalize(l, where, r->y.err);
 }
 
 /* Walks the layers with their file entries (items; an appended softmax_ce
@@ -527,16 +436,16 @@ static int check_shapes(const reader *r, bt_model *m, const yaml_node_t *seq, ya
   bt_shape shape = m->input;
   for (int i = 0; i < m->n_layers; i++) {
     bt_layer *l = &m->layers[i];
-    const yaml_node_t *item = i < n_items ? node(r, items[i]) : NULL;
+    const yaml_node_t *item = i < n_items ? bt_yaml_node(&r->y, items[i]) : NULL;
     yaml_mark_t mark = item ? item->start_mark : tail;
     const char *kname = bt_layer_kind_name(l->kind);
     char tail_txt[96];
     snprintf(tail_txt, sizeof tail_txt, "layer %d (%s)", i + 1, kname);
     if (l->kind == BT_SOFTMAX_CE && i != m->n_layers - 1)
-      return at(r, mark,
-                "%s must be the last layer (it turns the class scores into the loss); "
-                "move it to the end or remove it",
-                tail_txt);
+      return bt_yaml_at(&r->y, mark,
+                        "%s must be the last layer (it turns the class scores into the loss); "
+                        "move it to the end or remove it",
+                        tail_txt);
     if (l->kind == BT_RESIDUAL && item) {
       /* Sub-layers first, each at its own line; then the block as a whole
        * (body/shortcut agreement, size limits) at the block's line. */
@@ -563,24 +472,24 @@ static int check_shapes(const reader *r, bt_model *m, const yaml_node_t *seq, ya
   if (last->in.c != m->classes) {
     int k = m->n_layers - 2;
     if (k < 0) /* softmax_ce alone: the input itself holds the scores */
-      return at(r, tail,
-                "the input gives %d class scores but the model has %d classes; add "
-                "'- dense: {units: classes}'",
-                last->in.c, m->classes);
+      return bt_yaml_at(&r->y, tail,
+                        "the input gives %d class scores but the model has %d classes; add "
+                        "'- dense: {units: classes}'",
+                        last->in.c, m->classes);
     while (k > 0 && m->layers[k].kind != BT_DENSE && m->layers[k].kind != BT_CONV2D)
       k--;
-    yaml_mark_t mark = k < n_items ? node(r, items[k])->start_mark : tail;
+    yaml_mark_t mark = k < n_items ? bt_yaml_node(&r->y, items[k])->start_mark : tail;
     bt_layer_kind kk = m->layers[k].kind;
     if (kk != BT_DENSE && kk != BT_CONV2D)
-      return at(r, mark,
-                "layer %d (%s) gives %d class scores but the model has %d classes; end "
-                "the layers with '- dense: {units: classes}'",
-                k + 1, bt_layer_kind_name(kk), last->in.c, m->classes);
-    return at(r, mark,
-              "layer %d (%s) gives %d class scores but the model has %d classes; write "
-              "'%s: classes' so that it follows the data",
-              k + 1, bt_layer_kind_name(kk), last->in.c, m->classes,
-              kk == BT_CONV2D ? "out" : "units");
+      return bt_yaml_at(&r->y, mark,
+                        "layer %d (%s) gives %d class scores but the model has %d classes; end "
+                        "the layers with '- dense: {units: classes}'",
+                        k + 1, bt_layer_kind_name(kk), last->in.c, m->classes);
+    return bt_yaml_at(&r->y, mark,
+                      "layer %d (%s) gives %d class scores but the model has %d classes; write "
+                      "'%s: classes' so that it follows the data",
+                      k + 1, bt_layer_kind_name(kk), last->in.c, m->classes,
+                      kk == BT_CONV2D ? "out" : "units");
   }
   return 0;
 }
@@ -589,26 +498,27 @@ static int check_shapes(const reader *r, bt_model *m, const yaml_node_t *seq, ya
 
 static int parse_shape(const reader *r, const yaml_node_t *v, bt_shape *out) {
   char got[96];
-  if (v->type != YAML_SCALAR_NODE || is_null(v)) {
-    describe(v, got, sizeof got);
-    return at(r, v->start_mark, "input: expected HxWxC, e.g. 32x32x3; got %s", got);
+  if (v->type != YAML_SCALAR_NODE || bt_yaml_is_null(v)) {
+    bt_yaml_describe(v, got, sizeof got);
+    return bt_yaml_at(&r->y, v->start_mark, "input: expected HxWxC, e.g. 32x32x3; got %s", got);
   }
-  const char *s = text(v);
+  const char *s = bt_yaml_text(v);
   int dims[3];
   const char *p = s;
   for (int i = 0; i < 3; i++) {
     size_t nd = strspn(p, "0123456789");
     if (nd == 0 || nd > 6 || (i < 2 && p[nd] != 'x') || (i == 2 && p[nd] != '\0'))
-      return at(r, v->start_mark, "input: expected HxWxC, e.g. 32x32x3; got '%.*s%s'", SHOW(s));
+      return bt_yaml_at(&r->y, v->start_mark, "input: expected HxWxC, e.g. 32x32x3; got '%.*s%s'",
+                        BT_YAML_SHOW(s));
     dims[i] = atoi(p);
     if (dims[i] < 1 || dims[i] > DIM_MAX)
-      return at(r, v->start_mark, "input: %.*s%s: each dimension must be 1 to %d", SHOW(s),
-                DIM_MAX);
+      return bt_yaml_at(&r->y, v->start_mark, "input: %.*s%s: each dimension must be 1 to %d",
+                        BT_YAML_SHOW(s), DIM_MAX);
     p += nd + 1;
   }
   *out = (bt_shape){dims[0], dims[1], dims[2]};
   if (bt_shape_elems(*out) > INT_MAX)
-    return at(r, v->start_mark, "input: %s has more than %d values", s, INT_MAX);
+    return bt_yaml_at(&r->y, v->start_mark, "input: %s has more than %d values", s, INT_MAX);
   return 0;
 }
 
@@ -617,18 +527,19 @@ static int parse_shape(const reader *r, const yaml_node_t *v, bt_shape *out) {
 static int model_name(const reader *r, const yaml_node_t *v, char *out, size_t n) {
   if (v) {
     char got[96];
-    if (v->type != YAML_SCALAR_NODE || is_null(v)) {
-      describe(v, got, sizeof got);
-      return at(r, v->start_mark, "name: expected a model name, got %s", got);
+    if (v->type != YAML_SCALAR_NODE || bt_yaml_is_null(v)) {
+      bt_yaml_describe(v, got, sizeof got);
+      return bt_yaml_at(&r->y, v->start_mark, "name: expected a model name, got %s", got);
     }
     size_t len = v->data.scalar.length;
-    if (strlen(text(v)) != len || len < 1 || len > NAME_MAX_LEN)
-      return at(r, v->start_mark, "name: must be 1 to %d characters without NULs", NAME_MAX_LEN);
-    snprintf(out, n, "%s", text(v));
+    if (strlen(bt_yaml_text(v)) != len || len < 1 || len > NAME_MAX_LEN)
+      return bt_yaml_at(&r->y, v->start_mark, "name: must be 1 to %d characters without NULs",
+                        NAME_MAX_LEN);
+    snprintf(out, n, "%s", bt_yaml_text(v));
     return 0;
   }
-  const char *base = strrchr(r->name, '/');
-  base = base ? base + 1 : r->name;
+  const char *base = strrchr(r->y.name, '/');
+  base = base ? base + 1 : r->y.name;
   size_t len = strlen(base);
   const char *dot = strrchr(base, '.');
   if (dot && (strcmp(dot, ".yaml") == 0 || strcmp(dot, ".yml") == 0))
@@ -641,39 +552,41 @@ static int model_name(const reader *r, const yaml_node_t *v, char *out, size_t n
  * are read (before that it is all zero). */
 static int load_root(reader *r, const yaml_node_t *root, bt_shape input, int classes, bt_model *m) {
   char got[96];
-  if (!root || is_null(root))
-    return bt_err_set(r->err,
+  if (!root || bt_yaml_is_null(root))
+    return bt_err_set(r->y.err,
                       "%.200s: empty model file; it needs the keys input, classes and "
                       "layers (see include/baton/modelfile.h)",
-                      r->name);
+                      r->y.name);
   if (root->type != YAML_MAPPING_NODE) {
-    describe(root, got, sizeof got);
-    return at(r, root->start_mark,
-              "expected a mapping with keys name, input, classes, layers; got "
-              "%s",
-              got);
+    bt_yaml_describe(root, got, sizeof got);
+    return bt_yaml_at(&r->y, root->start_mark,
+                      "expected a mapping with keys name, input, classes, layers; got "
+                      "%s",
+                      got);
   }
-  if (check_keys(r, root, "model file", "key", top_keys, N_TOP_KEYS) < 0)
+  if (bt_yaml_check_keys(&r->y, root, "model file", "key", top_keys, N_TOP_KEYS,
+                         BT_YAML_BAD_KEY_AS_NAME) < 0)
     return -1;
-  const yaml_node_t *in_node = lookup(r, root, "input"), *cls_node = lookup(r, root, "classes"),
-                    *layers = lookup(r, root, "layers");
+  const yaml_node_t *in_node = bt_yaml_lookup(&r->y, root, "input"),
+                    *cls_node = bt_yaml_lookup(&r->y, root, "classes"),
+                    *layers = bt_yaml_lookup(&r->y, root, "layers");
   yaml_mark_t end = root->end_mark;
   if (!in_node)
-    return at(r, root->start_mark,
-              "missing 'input': the HxWxC the layers are designed for, e.g. "
-              "'input: 32x32x3'");
+    return bt_yaml_at(&r->y, root->start_mark,
+                      "missing 'input': the HxWxC the layers are designed for, e.g. "
+                      "'input: 32x32x3'");
   if (!cls_node)
-    return at(r, root->start_mark,
-              "missing 'classes': the class count the layers are designed "
-              "for, e.g. 'classes: 10'");
+    return bt_yaml_at(&r->y, root->start_mark,
+                      "missing 'classes': the class count the layers are designed "
+                      "for, e.g. 'classes: 10'");
   if (!layers)
-    return at(r, root->start_mark,
-              "missing 'layers': the list of layers, e.g. 'layers: [flatten, "
-              "dense: {units: classes}]'");
+    return bt_yaml_at(&r->y, root->start_mark,
+                      "missing 'layers': the list of layers, e.g. 'layers: [flatten, "
+                      "dense: {units: classes}]'");
   char name[NAME_MAX_LEN + 1];
   bt_shape file_input;
   int file_classes;
-  if (model_name(r, lookup(r, root, "name"), name, sizeof name) < 0 ||
+  if (model_name(r, bt_yaml_lookup(&r->y, root, "name"), name, sizeof name) < 0 ||
       parse_shape(r, in_node, &file_input) < 0 ||
       int_value(r, cls_node, "classes", 2, UNITS_MAX, 0, &file_classes) < 0)
     return -1;
@@ -681,18 +594,19 @@ static int load_root(reader *r, const yaml_node_t *root, bt_shape input, int cla
   bt_shape use = override ? input : file_input;
   r->classes = classes > 0 ? classes : file_classes;
   if (layers->type != YAML_SEQUENCE_NODE) {
-    describe(layers, got, sizeof got);
-    return at(r, layers->start_mark, "layers: expected a list of layers (- conv2d: {...}), got %s",
-              got);
+    bt_yaml_describe(layers, got, sizeof got);
+    return bt_yaml_at(&r->y, layers->start_mark,
+                      "layers: expected a list of layers (- conv2d: {...}), got %s", got);
   }
   if (layers->data.sequence.items.top == layers->data.sequence.items.start)
-    return at(r, layers->start_mark, "layers: is empty; a model needs at least one layer");
+    return bt_yaml_at(&r->y, layers->start_mark,
+                      "layers: is empty; a model needs at least one layer");
 
   bt_model_init(m, name, use, r->classes);
   for (yaml_node_item_t *it = layers->data.sequence.items.start;
        it < layers->data.sequence.items.top; it++) {
     bt_layer l;
-    if (parse_layer(r, node(r, *it), 0, &l) < 0)
+    if (parse_layer(r, bt_yaml_node(&r->y, *it), 0, &l) < 0)
       return -1;
     bt_model_push(m, l);
   }
@@ -705,99 +619,57 @@ static int load_root(reader *r, const yaml_node_t *root, bt_shape input, int cla
        * place is harmless.) */
       bt_err own;
       reader r2 = *r;
-      r2.err = &own;
+      r2.y.err = &own;
       m->input = file_input;
-      if (check_shapes(&r2, m, layers, end) == 0 && r->err) {
+      if (check_shapes(&r2, m, layers, end) == 0 && r->y.err) {
         char msg[BT_ERR_MSG_MAX];
         snprintf(msg, sizeof msg,
                  "%.800s (this file's layers are designed for input %dx%dx%d, "
                  "not %dx%dx%d)",
-                 r->err->msg, file_input.h, file_input.w, file_input.c, use.h, use.w, use.c);
-        bt_err_set(r->err, "%s", msg);
+                 r->y.err->msg, file_input.h, file_input.w, file_input.c, use.h, use.w, use.c);
+        bt_err_set(r->y.err, "%s", msg);
       }
     }
     return -1;
   }
-  if (bt_model_finalize(m, r->err) < 0)
-    return bt_err_prefix(r->err, "%.200s", r->name);
+  if (bt_model_finalize(m, r->y.err) < 0)
+    return bt_err_prefix(r->y.err, "%.200s", r->y.name);
   return 0;
 }
 
-/* Reader errors carry a byte offset, not a mark: turn it into line:col. */
-static yaml_mark_t offset_mark(const char *s, size_t offset) {
-  yaml_mark_t m = {0, 0, 0};
-  for (size_t i = 0; i < offset && s[i]; i++) {
-    if (s[i] == '\n') {
-      m.line++;
-      m.column = 0;
-    } else {
-      m.column++;
-    }
-  }
-  return m;
-}
+/* load_root's arguments, passed through bt_yaml_load. */
+typedef struct root_args {
+  reader *r;
+  bt_shape input;
+  int classes;
+  bt_model *m;
+} root_args;
 
-static int yaml_error(const reader *r, const yaml_parser_t *p, const char *s) {
-  const char *problem = p->problem ? p->problem : "unknown problem";
-  switch (p->error) {
-  case YAML_MEMORY_ERROR:
-    return bt_err_set(r->err, "%.200s: out of memory while parsing YAML", r->name);
-  case YAML_READER_ERROR:
-    return at(r, offset_mark(s, p->problem_offset),
-              "not readable as YAML text: %s; save the file as UTF-8", problem);
-  default:
-    if (p->context)
-      return at(r, p->problem_mark, "invalid YAML: %s (%s at line %zu, column %zu)", problem,
-                p->context, p->context_mark.line + 1, p->context_mark.column + 1);
-    return at(r, p->problem_mark, "invalid YAML: %s", problem);
-  }
+/* A bt_yaml_root_fn; its reader is a->r->y, which load_root needs writable. */
+static int load_root_args(const bt_yaml_reader *y, const yaml_node_t *root, void *arg) {
+  const root_args *a = arg;
+  return load_root(a->r, root, a->input, a->classes, a->m);
 }
 
 int bt_modelfile_load_string(const char *yaml, const char *name_for_errors, bt_shape input,
                              int classes, bt_model *m, bt_err *err) {
   memset(m, 0, sizeof *m);
-  reader r = {.doc = NULL, .name = name_for_errors ? name_for_errors : "<string>", .err = err};
+  reader r = {.y = {.name = name_for_errors ? name_for_errors : "<string>", .err = err}};
   if (!yaml)
-    return bt_err_set(err, "%.200s: no YAML text", r.name);
+    return bt_err_set(err, "%.200s: no YAML text", r.y.name);
   int override = input.h != 0 || input.w != 0 || input.c != 0;
   if (override && (input.h < 1 || input.w < 1 || input.c < 1))
     return bt_err_set(err,
                       "%.200s: input %dx%dx%d: give all three dimensions, or 0x0x0 for the "
                       "file's own",
-                      r.name, input.h, input.w, input.c);
+                      r.y.name, input.h, input.w, input.c);
   if (classes < 0 || classes == 1)
-    return bt_err_set(err, "%.200s: %d classes: give at least 2, or 0 for the file's own", r.name,
+    return bt_err_set(err, "%.200s: %d classes: give at least 2, or 0 for the file's own", r.y.name,
                       classes);
 
-  yaml_parser_t parser;
-  if (!yaml_parser_initialize(&parser))
-    return bt_err_set(err, "%.200s: out of memory", r.name);
-  yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, strlen(yaml));
-  int rc;
-  yaml_document_t doc;
-  if (!yaml_parser_load(&parser, &doc)) {
-    rc = yaml_error(&r, &parser, yaml);
-  } else {
-    r.doc = &doc;
-    yaml_node_t *root = yaml_document_get_root_node(&doc);
-    rc = load_root(&r, root, input, classes, m);
-    yaml_document_delete(&doc);
-    if (rc == 0) {
-      /* A second document is most likely a pasted second model: refuse
-       * rather than silently ignore it. */
-      yaml_document_t doc2;
-      if (!yaml_parser_load(&parser, &doc2)) {
-        rc = yaml_error(&r, &parser, yaml);
-      } else {
-        if (yaml_document_get_root_node(&doc2))
-          rc = at(&r, doc2.start_mark,
-                  "a second YAML document starts here; a model file holds "
-                  "one model (remove the '---' line and what follows)");
-        yaml_document_delete(&doc2);
-      }
-    }
-  }
-  yaml_parser_delete(&parser);
+  root_args a = {.r = &r, .input = input, .classes = classes, .m = m};
+  int rc = bt_yaml_load(&r.y, yaml, load_root_args, &a,
+                        "a model file holds one model (remove the '---' line and what follows)");
   if (rc < 0)
     bt_model_free(m);
   return rc;
@@ -827,9 +699,9 @@ int bt_modelfile_load(const char *path, bt_shape input, int classes, bt_model *m
     buf[n] = '\0';
     const char *nul = memchr(buf, '\0', n);
     if (nul) {
-      reader r = {.name = path, .err = err};
-      rc = at(&r, offset_mark(buf, (size_t)(nul - buf)),
-              "NUL byte in the file; a model file is text (UTF-8)");
+      bt_yaml_reader r = {.name = path, .err = err};
+      rc = bt_yaml_at(&r, bt_yaml_offset_mark(buf, (size_t)(nul - buf)),
+                      "NUL byte in the file; a model file is text (UTF-8)");
     } else {
       rc = bt_modelfile_load_string(buf, path, input, classes, m, err);
     }
