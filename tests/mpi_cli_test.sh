@@ -74,8 +74,17 @@ expect_ok $? report-virtual "6 train rows"
 BATON_FAIL_AT=1:3 mpi 3 -x BATON_FAIL_AT "$baton" train "${syn[@]}" \
   --set devices=rpi4,jetson-nano,rpi5 --set output="$tmp/killed.h5"
 expect_fail $? rank-failure "rank 1: injected failure"
+# Rank 0 may be killed while it flushes iteration 2 (rank 1 runs ahead to
+# its failure), so the file holds iterations 0..1 or 0..2; it must open.
 "$baton" report "$tmp/killed.h5" >"$tmp/out" 2>"$tmp/err"
-expect_ok $? killed-run-readable "3 train rows"
+rc=$?
+rows=$(sed -n 's/.* \([0-9]*\) train rows.*/\1/p' "$tmp/out")
+if [ $rc -eq 0 ] && [ "${rows:-0}" -ge 2 ] && [ "${rows:-0}" -le 3 ]; then
+  echo "ok   killed-run-readable: $rows train rows"
+else
+  echo "FAIL killed-run-readable (exit $rc, rows '${rows}')"; cat "$tmp/out" "$tmp/err"
+  fails=$((fails + 1))
+fi
 
 [ $fails -eq 0 ] && echo "all MPI CLI checks passed" || echo "$fails MPI CLI check(s) failed"
 exit $((fails > 0))
