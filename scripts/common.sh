@@ -5,6 +5,8 @@
 BATON_PACKAGES=(gcc pkg-config meson ninja-build libblis-dev libopenmpi-dev openmpi-bin
   libhdf5-openmpi-dev libgsl-dev libcriterion-dev libyaml-dev zlib1g-dev
   dataset-fashion-mnist)
+# baton bench codec: zstd and lz4 references
+BATON_PACKAGES+=(libzstd-dev liblz4-dev)
 
 # Open MPI refuses to run as root and to oversubscribe cores unless told.
 export OMPI_ALLOW_RUN_AS_ROOT=1

@@ -18,7 +18,8 @@
 
 static void bench_usage(FILE *f) {
   fprintf(f, "usage: baton bench step --model M --batch B [options]\n"
-             "       baton bench gemm [--size N] [--arch A] [--threads T]\n\n"
+             "       baton bench gemm [--size N] [--arch A] [--threads T]\n"
+             "       baton bench codec [options]  (codec GB/s vs memcpy, zstd, lz4; --help)\n\n"
              "step options:\n"
              "  --model M            zoo model (see 'baton models')\n"
              "  --batch B            samples per step (default 32)\n"
@@ -278,6 +279,8 @@ int bt_cmd_bench(int argc, char **argv) {
     bench_usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
+  if (strcmp(argv[1], "codec") == 0) /* its own options: cmd_bench_codec.c */
+    return bt_cmd_bench_codec(argc - 1, argv + 1);
   const char *what = argv[1];
   step_opts o = {.model = NULL,
                  .batch = 32,
