@@ -189,6 +189,12 @@ static const key keys[] = {
     ROW_BOOL("links.shared_medium", links_shared_medium, "false",
              "All links share one channel (a Wi-Fi cell): each directed link of the pipeline "
              "gets an equal time share (static, TDMA-like)."),
+    ROW_STRING("codec.activations", codec_activations, "none", 1,
+               "Codec of the activations sent to the next stage: none, fp16, bf16, q1..q8, "
+               "sparse-qK, with -ef and :block=N, :stochastic options (docs/codec.md)."),
+    ROW_STRING("codec.gradients", codec_gradients, "none", 1,
+               "Codec of the gradients sent to the previous stage (same names; q8-ef adds error "
+               "feedback)."),
     ROW_DOUBLE("memory_scale", memory_scale, "1", 0, true, 1e6, false,
                "Multiplies every device's memory capacity (small experiments)."),
 };

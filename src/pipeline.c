@@ -7,6 +7,7 @@
  * receiver's clock can follow the sender's link model. */
 #include "baton/pipeline.h"
 
+#include "baton/codec.h"
 #include "baton/gemm.h"
 
 #include <math.h>
@@ -15,7 +16,8 @@
 #include <string.h>
 #include <time.h>
 
-enum { TRAILER_FLOATS = 4 }; /* room for one double, 16-byte aligned */
+enum { TRAILER_FLOATS = 4 };             /* room for one double, 16-byte aligned */
+enum { TRAILER_BYTES = sizeof(double) }; /* arrival time after a frame */
 enum { TAG_ACT = 0, TAG_GRAD = 1 };
 
 struct bt_pipeline {
@@ -26,8 +28,14 @@ struct bt_pipeline {
   bt_stage stage;
   bt_schedule sched;
   int mb, slots;
-  size_t in_elems, out_elems; /* per micro-batch */
-  float **in_buf, **act_send, **grad_recv, **din_buf;
+  size_t in_elems, out_elems;                                /* per micro-batch */
+  float **in_buf, **grad_recv, **din_buf;                    /* tensors: received input, received
+                                                               output gradient, computed input gradient */
+  unsigned char **act_frame, **grad_frame;                   /* frames being sent */
+  unsigned char **in_frame, **gradin_frame;                  /* frames being received */
+  size_t cap_act_out, cap_act_in, cap_grad_out, cap_grad_in; /* frame capacities */
+  bt_codec_spec spec_act, spec_grad;
+  bt_encoder **enc_act, **enc_grad; /* one stream per micro-batch index */
   MPI_Request *rq_act_recv, *rq_grad_recv, *rq_act_send, *rq_grad_send;
   const float **slot_out; /* forward output of the micro-batch in each slot */
   int **slot_seq;         /* micro-batches each slot holds, in order */
@@ -42,6 +50,9 @@ struct bt_pipeline {
   size_t n_events, cap_events;
   long step;
   double optim_device; /* device seconds of the last optimizer step */
+  /* Last step, per direction (TAG_ACT, TAG_GRAD): device seconds of encode
+   * and decode on this rank, and bytes of the frames it sent. */
+  double codec_device[2], frame_bytes_sent[2];
   double loss_sum;
   long correct;
   bt_pipeline_stats st;
@@ -83,14 +94,12 @@ static float *alloc_msg(size_t elems) {
   return b;
 }
 
-static void put_arrival(float *msg, size_t elems, double arrival) {
-  memcpy(msg + elems, &arrival, sizeof arrival);
-}
-
-static double get_arrival(const float *msg, size_t elems) {
-  double t;
-  memcpy(&t, msg + elems, sizeof t);
-  return t;
+static unsigned char *alloc_frame(size_t cap) {
+  size_t bytes = (cap + TRAILER_BYTES + 63) & ~(size_t)63;
+  unsigned char *b = aligned_alloc(64, bytes);
+  if (b)
+    memset(b, 0, bytes);
+  return b;
 }
 
 static int first_stage(const bt_pipeline *p) { return p->rank == 0; }
@@ -302,28 +311,49 @@ int bt_partition_even(int n_layers, int n_stages, int *cuts, bt_err *err) {
 }
 
 static int alloc_slots(bt_pipeline *p, bt_err *err) {
-  const int S = p->slots;
+  const int S = p->slots, M = p->cfg.micro_batches;
   p->in_buf = calloc((size_t)S, sizeof(float *));
-  p->act_send = calloc((size_t)S, sizeof(float *));
   p->grad_recv = calloc((size_t)S, sizeof(float *));
   p->din_buf = calloc((size_t)S, sizeof(float *));
+  p->act_frame = calloc((size_t)S, sizeof(unsigned char *));
+  p->grad_frame = calloc((size_t)S, sizeof(unsigned char *));
+  p->in_frame = calloc((size_t)S, sizeof(unsigned char *));
+  p->gradin_frame = calloc((size_t)S, sizeof(unsigned char *));
   p->slot_out = calloc((size_t)S, sizeof(float *));
+  p->enc_act = calloc((size_t)M, sizeof(bt_encoder *));
+  p->enc_grad = calloc((size_t)M, sizeof(bt_encoder *));
   p->rq_act_recv = malloc((size_t)S * sizeof(MPI_Request));
   p->rq_grad_recv = malloc((size_t)S * sizeof(MPI_Request));
   p->rq_act_send = malloc((size_t)S * sizeof(MPI_Request));
   p->rq_grad_send = malloc((size_t)S * sizeof(MPI_Request));
-  if (!p->in_buf || !p->act_send || !p->grad_recv || !p->din_buf || !p->slot_out ||
+  if (!p->in_buf || !p->grad_recv || !p->din_buf || !p->act_frame || !p->grad_frame ||
+      !p->in_frame || !p->gradin_frame || !p->slot_out || !p->enc_act || !p->enc_grad ||
       !p->rq_act_recv || !p->rq_grad_recv || !p->rq_act_send || !p->rq_grad_send)
     return bt_err_set(err, "rank %d: out of memory for pipeline buffers", p->rank);
+  /* Frames: activations use the activation codec on both ends of a
+   * boundary, gradients the gradient codec. */
+  p->cap_act_in = bt_codec_max_frame_bytes(&p->spec_act, p->in_elems);
+  p->cap_act_out = bt_codec_max_frame_bytes(&p->spec_act, p->out_elems);
+  p->cap_grad_out = bt_codec_max_frame_bytes(&p->spec_grad, p->in_elems);
+  p->cap_grad_in = bt_codec_max_frame_bytes(&p->spec_grad, p->out_elems);
   for (int k = 0; k < S; k++) {
     p->rq_act_recv[k] = p->rq_grad_recv[k] = MPI_REQUEST_NULL;
     p->rq_act_send[k] = p->rq_grad_send[k] = MPI_REQUEST_NULL;
     if (!first_stage(p) &&
-        (!(p->in_buf[k] = alloc_msg(p->in_elems)) || !(p->din_buf[k] = alloc_msg(p->in_elems))))
+        (!(p->in_buf[k] = alloc_msg(p->in_elems)) || !(p->din_buf[k] = alloc_msg(p->in_elems)) ||
+         !(p->in_frame[k] = alloc_frame(p->cap_act_in)) ||
+         !(p->grad_frame[k] = alloc_frame(p->cap_grad_out))))
       return bt_err_set(err, "rank %d: out of memory for pipeline buffers", p->rank);
-    if (!last_stage(p) && (!(p->act_send[k] = alloc_msg(p->out_elems)) ||
-                           !(p->grad_recv[k] = alloc_msg(p->out_elems))))
+    if (!last_stage(p) && (!(p->grad_recv[k] = alloc_msg(p->out_elems)) ||
+                           !(p->act_frame[k] = alloc_frame(p->cap_act_out)) ||
+                           !(p->gradin_frame[k] = alloc_frame(p->cap_grad_in))))
       return bt_err_set(err, "rank %d: out of memory for pipeline buffers", p->rank);
+  }
+  for (int m = 0; m < M; m++) {
+    if (!last_stage(p) && bt_encoder_create(&p->spec_act, &p->enc_act[m], err) < 0)
+      return bt_err_prefix(err, "rank %d", p->rank);
+    if (!first_stage(p) && bt_encoder_create(&p->spec_grad, &p->enc_grad[m], err) < 0)
+      return bt_err_prefix(err, "rank %d", p->rank);
   }
   return 0;
 }
@@ -405,6 +435,13 @@ int bt_pipeline_create(bt_pipeline **out, MPI_Comm comm, const bt_pipeline_confi
     bt_err_set(err, "rank %d: out of memory", p->rank);
     goto fail;
   }
+  if (bt_codec_parse(cfg->codec_activations ? cfg->codec_activations : "none", &p->spec_act, err) <
+          0 ||
+      bt_codec_parse(cfg->codec_gradients ? cfg->codec_gradients : "none", &p->spec_grad, err) <
+          0) {
+    bt_err_prefix(err, "rank %d", p->rank);
+    goto fail;
+  }
   if (alloc_slots(p, err) < 0 || build_slot_sequences(p, err) < 0 || init_links(p, err) < 0)
     goto fail;
   rc = 0;
@@ -453,11 +490,17 @@ void bt_pipeline_free(bt_pipeline **pp) {
       MPI_Request_free(&p->rq_act_recv[k]);
     }
     if (p->in_buf)
-      free(p->in_buf[k]), free(p->din_buf[k]), free(p->act_send[k]), free(p->grad_recv[k]);
+      free(p->in_buf[k]), free(p->din_buf[k]), free(p->grad_recv[k]);
+    if (p->act_frame)
+      free(p->act_frame[k]), free(p->grad_frame[k]), free(p->in_frame[k]), free(p->gradin_frame[k]);
     if (p->slot_seq)
       free(p->slot_seq[k]);
   }
-  free(p->in_buf), free(p->din_buf), free(p->act_send), free(p->grad_recv), free(p->slot_out);
+  for (int m = 0; p->enc_act && m < p->cfg.micro_batches; m++)
+    bt_encoder_free(p->enc_act[m]), bt_encoder_free(p->enc_grad[m]);
+  free(p->enc_act), free(p->enc_grad);
+  free(p->in_buf), free(p->din_buf), free(p->grad_recv), free(p->slot_out);
+  free(p->act_frame), free(p->grad_frame), free(p->in_frame), free(p->gradin_frame);
   free(p->rq_act_recv), free(p->rq_grad_recv), free(p->rq_act_send), free(p->rq_grad_send);
   free(p->slot_seq), free(p->slot_len), free(p->slot_pos);
   free(p->cal_fwd), free(p->cal_bwd), free(p->host_fwd), free(p->host_bwd);
@@ -478,7 +521,7 @@ static int post_act_recv(bt_pipeline *p, int slot, bt_err *err) {
     return 0;
   const int micro = p->slot_seq[slot][p->slot_pos[slot]];
   MPI_TRY(p, err,
-          MPI_Irecv(p->in_buf[slot], (int)(p->in_elems + TRAILER_FLOATS), MPI_FLOAT, p->rank - 1,
+          MPI_Irecv(p->in_frame[slot], (int)(p->cap_act_in + TRAILER_BYTES), MPI_BYTE, p->rank - 1,
                     2 * micro + TAG_ACT, p->comm, &p->rq_act_recv[slot]));
   return 0;
 }
@@ -490,28 +533,70 @@ static int waited(bt_pipeline *p, int rc, double cpu0) {
   return rc;
 }
 
-static int wait_recv(bt_pipeline *p, MPI_Request *rq, const float *msg, size_t elems, int micro,
-                     int peer, bt_err *err) {
+/* Device seconds of a codec op over `bytes` (read and written), which took
+ * `host` thread-CPU seconds and `wall` seconds here. */
+static double codec_device_time(const bt_pipeline *p, size_t bytes, double host, double wall) {
+  if (p->cfg.clock == BT_CLOCK_NONE)
+    return wall;
+  return p->cfg.codec_time ? p->cfg.codec_time(p->cfg.device_ctx, (double)bytes, host, p->step)
+                           : host;
+}
+
+/* Waits for a frame, follows its arrival time, decodes it into `dst`. */
+static int wait_recv(bt_pipeline *p, MPI_Request *rq, unsigned char *frame, float *dst,
+                     size_t elems, int micro, int peer, int tag, bt_err *err) {
   const double t0 = p->now, w0 = mono_now(), c0 = thread_cpu_now();
-  MPI_TRY(p, err, MPI_Wait(rq, MPI_STATUS_IGNORE));
+  MPI_Status status;
+  MPI_TRY(p, err, MPI_Wait(rq, &status));
   p->st.host_overhead -= mono_now() - w0; /* waiting is not overhead */
   p->st.cpu_overhead -= thread_cpu_now() - c0;
-  arrive(p, get_arrival(msg, elems));
+  int got = 0;
+  MPI_Get_count(&status, MPI_BYTE, &got);
+  if (got < (int)TRAILER_BYTES)
+    return bt_err_set(err, "rank %d: a message from rank %d of %d bytes has no frame", p->rank,
+                      peer, got);
+  const size_t len = (size_t)got - TRAILER_BYTES;
+  double arrival;
+  memcpy(&arrival, frame + len, sizeof arrival);
+  arrive(p, arrival);
   p->st.comm_wait_time += p->now - t0;
-  record(p, BT_EV_RECV, micro, peer, t0, p->now, (int64_t)(elems * sizeof(float)));
+  record(p, BT_EV_RECV, micro, peer, t0, p->now, (int64_t)len);
+  const double d0 = p->now, dw = mono_now(), dc = thread_cpu_now();
+  if (bt_codec_decode(frame, len, dst, elems, err) < 0)
+    return bt_err_prefix(err, "rank %d: frame from rank %d, micro-batch %d", p->rank, peer, micro);
+  const double host = thread_cpu_now() - dc;
+  advance(p, codec_device_time(p, len + elems * sizeof(float), host, mono_now() - dw), dw);
+  p->st.compute_time += p->now - d0;
+  p->codec_device[tag] += p->now - d0;
+  record(p, BT_EV_DECODE, micro, peer, d0, p->now, (int64_t)len);
   return 0;
 }
 
-static int send_msg(bt_pipeline *p, float *msg, size_t elems, int micro, int peer, int tag,
-                    bt_link *link, MPI_Request *rq, bt_err *err) {
+/* Encodes `src` into `frame` (once its previous send has completed), then
+ * sends it with its arrival time from the link model. */
+static int send_tensor(bt_pipeline *p, const float *src, size_t elems, bt_encoder *enc,
+                       unsigned char *frame, size_t cap, int micro, int peer, int tag,
+                       bt_link *link, MPI_Request *rq, bt_err *err) {
+  const double c_w = thread_cpu_now();
+  MPI_TRY(p, err, waited(p, MPI_Wait(rq, MPI_STATUS_IGNORE), c_w));
+  const double e0 = p->now, ew = mono_now(), ec = thread_cpu_now();
+  size_t len = 0;
+  if (bt_codec_encode(enc, src, elems, frame, cap, &len, err) < 0)
+    return bt_err_prefix(err, "rank %d: encoding micro-batch %d for rank %d", p->rank, micro, peer);
+  const double host = thread_cpu_now() - ec;
+  advance(p, codec_device_time(p, len + elems * sizeof(float), host, mono_now() - ew), ew);
+  p->st.compute_time += p->now - e0;
+  p->codec_device[tag] += p->now - e0;
+  p->frame_bytes_sent[tag] += (double)len;
+  record(p, BT_EV_ENCODE, micro, peer, e0, p->now, (int64_t)len);
   double left;
-  const size_t bytes = elems * sizeof(float);
-  put_arrival(msg, elems, depart(p, link, bytes, &left));
-  record(p, BT_EV_SEND, micro, peer, p->now, left, (int64_t)bytes);
-  p->st.bytes_sent += (int64_t)bytes;
+  const double arrival = depart(p, link, len, &left);
+  memcpy(frame + len, &arrival, sizeof arrival);
+  record(p, BT_EV_SEND, micro, peer, p->now, left, (int64_t)len);
+  p->st.bytes_sent += (int64_t)len;
   MPI_TRY(
       p, err,
-      MPI_Isend(msg, (int)(elems + TRAILER_FLOATS), MPI_FLOAT, peer, 2 * micro + tag, p->comm, rq));
+      MPI_Isend(frame, (int)(len + TRAILER_BYTES), MPI_BYTE, peer, 2 * micro + tag, p->comm, rq));
   return 0;
 }
 
@@ -555,7 +640,7 @@ static int run_forward(bt_pipeline *p, const bt_op *op, const float *x, const in
   compute_end(p, 0, op->micro, cpu0, wall0, before);
   if (!last_stage(p)) /* the gradient for this micro-batch can come any time now */
     MPI_TRY(p, err,
-            MPI_Irecv(p->grad_recv[op->slot], (int)(p->out_elems + TRAILER_FLOATS), MPI_FLOAT,
+            MPI_Irecv(p->gradin_frame[op->slot], (int)(p->cap_grad_in + TRAILER_BYTES), MPI_BYTE,
                       p->rank + 1, 2 * op->micro + TAG_GRAD, p->comm, &p->rq_grad_recv[op->slot]));
   return 0;
 }
@@ -567,9 +652,6 @@ static int run_backward(bt_pipeline *p, const bt_op *op, const float *x, const i
   memcpy(before, p->host_bwd, sizeof before);
   const float *in = first_stage(p) ? x + (size_t)op->micro * p->in_elems : p->in_buf[op->slot];
   float *din = first_stage(p) ? NULL : p->din_buf[op->slot];
-  const double c_w = thread_cpu_now();
-  if (din) /* the previous input gradient from this slot must have left */
-    MPI_TRY(p, err, waited(p, MPI_Wait(&p->rq_grad_send[op->slot], MPI_STATUS_IGNORE), c_w));
   ex->micro = op->micro;
   ex->labels = last_stage(p) ? y + (size_t)op->micro * p->mb : NULL;
   compute_begin(p, &cpu0, &wall0);
@@ -585,23 +667,23 @@ static int run_op(bt_pipeline *p, const bt_op *op, const float *x, const int32_t
   const int k = op->slot;
   switch (op->kind) {
   case BT_OP_RECV_ACT:
-    return wait_recv(p, &p->rq_act_recv[k], p->in_buf[k], p->in_elems, op->micro, p->rank - 1, err);
+    return wait_recv(p, &p->rq_act_recv[k], p->in_frame[k], p->in_buf[k], p->in_elems, op->micro,
+                     p->rank - 1, TAG_ACT, err);
   case BT_OP_FORWARD:
     return run_forward(p, op, x, y, ex, err);
   case BT_OP_SEND_ACT:
-    const double c_w = thread_cpu_now();
-    MPI_TRY(p, err, waited(p, MPI_Wait(&p->rq_act_send[k], MPI_STATUS_IGNORE), c_w));
-    memcpy(p->act_send[k], p->slot_out[k], p->out_elems * sizeof(float));
-    return send_msg(p, p->act_send[k], p->out_elems, op->micro, p->rank + 1, TAG_ACT, &p->link_next,
-                    &p->rq_act_send[k], err);
+    return send_tensor(p, p->slot_out[k], p->out_elems, p->enc_act[op->micro], p->act_frame[k],
+                       p->cap_act_out, op->micro, p->rank + 1, TAG_ACT, &p->link_next,
+                       &p->rq_act_send[k], err);
   case BT_OP_RECV_GRAD:
-    return wait_recv(p, &p->rq_grad_recv[k], p->grad_recv[k], p->out_elems, op->micro, p->rank + 1,
-                     err);
+    return wait_recv(p, &p->rq_grad_recv[k], p->gradin_frame[k], p->grad_recv[k], p->out_elems,
+                     op->micro, p->rank + 1, TAG_GRAD, err);
   case BT_OP_BACKWARD:
     return run_backward(p, op, x, y, ex, err);
   case BT_OP_SEND_GRAD:
-    return send_msg(p, p->din_buf[k], p->in_elems, op->micro, p->rank - 1, TAG_GRAD, &p->link_prev,
-                    &p->rq_grad_send[k], err);
+    return send_tensor(p, p->din_buf[k], p->in_elems, p->enc_grad[op->micro], p->grad_frame[k],
+                       p->cap_grad_out, op->micro, p->rank - 1, TAG_GRAD, &p->link_prev,
+                       &p->rq_grad_send[k], err);
   case BT_OP_OPTIM_STEP: {
     const double t0 = p->now, w0 = mono_now(), c0 = thread_cpu_now();
     bt_sgd_step(&p->cfg.opt, p->stage.params, p->stage.grads, p->stage.momentum, p->stage.n_params);
@@ -635,6 +717,8 @@ int bt_pipeline_step(bt_pipeline *p, const float *x, const int32_t *y, long step
   memset(p->dev_fwd, 0, n * sizeof(double));
   memset(p->dev_bwd, 0, n * sizeof(double));
   bt_stage_zero_grad(&p->stage);
+  p->codec_device[0] = p->codec_device[1] = 0;
+  p->frame_bytes_sent[0] = p->frame_bytes_sent[1] = 0;
   for (int k = 0; k < p->slots; k++) {
     p->slot_pos[k] = 0;
     if (post_act_recv(p, k, err) < 0)
@@ -673,12 +757,17 @@ bt_stage_costs bt_pipeline_stage_costs(const bt_pipeline *p) {
   const int n = p->stage.last - p->stage.first, M = p->cfg.micro_batches;
   for (int k = 0; k < n; k++)
     c.fwd += p->dev_fwd[k] / M, c.bwd += p->dev_bwd[k] / M;
+  /* Encoding and decoding occupy the stage like compute: activation codecs
+   * belong to the forward, gradient codecs to the backward. */
+  c.fwd += p->codec_device[TAG_ACT] / M;
+  c.bwd += p->codec_device[TAG_GRAD] / M;
   c.optim = p->optim_device;
-  if (p->cfg.clock != BT_CLOCK_NONE) {
+  if (p->cfg.clock != BT_CLOCK_NONE) { /* frames as sent, mean per micro-batch */
     if (!last_stage(p))
-      c.act_comm = bt_link_ideal_time(&p->link_next.p, p->out_elems * sizeof(float));
+      c.act_comm = bt_link_ideal_time(&p->link_next.p, (size_t)(p->frame_bytes_sent[TAG_ACT] / M));
     if (!first_stage(p))
-      c.grad_comm = bt_link_ideal_time(&p->link_prev.p, p->in_elems * sizeof(float));
+      c.grad_comm =
+          bt_link_ideal_time(&p->link_prev.p, (size_t)(p->frame_bytes_sent[TAG_GRAD] / M));
   }
   return c;
 }

@@ -63,6 +63,16 @@ else
   echo "FAIL slow-pair-link: $base -> $slow s/iteration"; fails=$((fails + 1))
 fi
 
+mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set codec.gradients=q9-ef
+expect_fail $? bad-codec "q9"
+# Compressed messages: fewer bytes on the wire than uncompressed ones.
+mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set codec.activations=sparse-q8 \
+  --set codec.gradients=q4-ef --set output="$tmp/codec.h5"
+expect_ok $? codec-run "test accuracy"
+"$baton" trace "$tmp/codec.h5" -o "$tmp/codec.json" >"$tmp/out" 2>"$tmp/err" &&
+  cp "$tmp/codec.json" "$tmp/out"
+expect_ok $? codec-timeline-has-encode '"encode"'
+
 for clock in virtual wall none; do
   mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set clock=$clock --set schedule=gpipe \
     --set output="$tmp/$clock.h5"

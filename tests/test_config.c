@@ -55,6 +55,8 @@ static const char *const all_keys[] = {
     "links.jitter_ms",
     "links.pairs",
     "links.shared_medium",
+    "codec.activations",
+    "codec.gradients",
     "memory_scale",
 };
 

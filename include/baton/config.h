@@ -129,6 +129,11 @@ typedef struct bt_config {
   int n_link_pairs;
   /* links.shared_medium: all transfers share one channel (Wi-Fi). Default false. */
   bool links_shared_medium;
+  /* codec.activations / codec.gradients: compression of the messages
+   * between stages (see docs/codec.md), e.g. "sparse-q8", "q8-ef", "fp16".
+   * Default "none". */
+  char codec_activations[64];
+  char codec_gradients[64];
   /* memory_scale: multiplies every device's memory capacity. Default 1. */
   double memory_scale;
 

@@ -43,6 +43,12 @@ typedef struct bt_pipeline_config {
   bt_link_params link_prev; /* this rank -> rank - 1 (gradients) */
   bt_device_time_fn device_time;
   void *device_ctx;
+  /* Codecs of the messages (names as bt_codec_parse takes them; NULL =
+   * "none"): activations to the next stage, gradients to the previous. */
+  const char *codec_activations, *codec_gradients;
+  /* Device seconds of an encode or decode touching `bytes` (tensor plus
+   * frame), measured as host_seconds; NULL = host time. */
+  double (*codec_time)(void *ctx, double bytes, double host_seconds, long iteration);
   int calibration_repeats; /* per-layer calibration passes (min taken); 0 = none */
   /* The host sgemm GFLOP/s the device mapping assumes (0: no correction).
    * Calibration times a small sgemm beside the layers and scales the layer

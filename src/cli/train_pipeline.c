@@ -56,6 +56,16 @@ static double cpu_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Encode and decode are memory-bound sweeps: their device time is the
+ * device's analytic streaming time (host memory figures are load-sensitive;
+ * see docs/devices.md). */
+static double codec_time(void *ctx, double bytes, double host_seconds, long iteration) {
+  const device_ctx *d = ctx;
+  (void)host_seconds;
+  bt_device_op op = {BT_OP_ELEMENTWISE, 0, bytes};
+  return bt_device_op_analytic(&d->dev, &op, iteration);
+}
+
 /* Host rates for the device mapping: measured once per node by its first
  * rank while the others wait (ranks sharing cores would disturb each
  * other), best of several repeats, then shared within the node. */
@@ -249,12 +259,15 @@ static int setup_pipeline(run *r, bt_err *err) {
   };
   if (bt_schedule_parse_kind(c->schedule, &pc.schedule, err) < 0)
     return -1;
+  pc.codec_activations = c->codec_activations;
+  pc.codec_gradients = c->codec_gradients;
   if (link_params(r, r->rank + 1, &pc.link_next, err) < 0 ||
       link_params(r, r->rank - 1, &pc.link_prev, err) < 0)
     return -1;
   if (pc.clock != BT_CLOCK_NONE) {
     pc.host_gemm_gflops = r->dev.host.rate[BT_OP_CONV];
     pc.device_time = device_time;
+    pc.codec_time = codec_time;
     pc.device_ctx = &r->dev;
     size_t n = 0;
     for (int i = r->cuts[r->rank]; i < r->cuts[r->rank + 1]; i++)
