@@ -13,6 +13,8 @@ int bt_cmd_bench_codec(int argc, char **argv); /* baton bench codec, from bt_cmd
 int bt_cmd_devices(int argc, char **argv);
 int bt_cmd_trace(int argc, char **argv);
 int bt_cmd_report(int argc, char **argv);
+int bt_cmd_profile(int argc, char **argv);
+int bt_cmd_predictor(int argc, char **argv);
 
 /* Prints "baton <cmd>: <message>" on stderr; returns 1. */
 int bt_cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

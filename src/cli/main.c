@@ -16,6 +16,8 @@ static const struct {
     {"devices", bt_cmd_devices, "device profiles, and the modelled layer times of a model on one"},
     {"trace", bt_cmd_trace, "turn a run log into a Chrome/Perfetto trace (JSON)"},
     {"report", bt_cmd_report, "summarise a run log: compute, communication, bubbles, throughput"},
+    {"profile", bt_cmd_profile, "time a corpus of layers on a device: a profiling set (HDF5)"},
+    {"predictor", bt_cmd_predictor, "layer-latency predictor: fit, eval, predict"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 

@@ -1,0 +1,99 @@
+/* profile: layer-latency profiling sets for the predictor.
+ *
+ * A profiling set is a list of layers (each with a batch size) and, for one
+ * device, the forward and backward time of each. The corpus mixes randomised
+ * configurations of every layer kind (conv, depthwise conv, dense, pooling,
+ * batch-norm, ReLU, residual blocks) with every distinct layer of the zoo
+ * models. Timing follows the runtime's calibration exactly: one micro-batch,
+ * thread-CPU seconds per layer (wall seconds with several BLIS threads, whose
+ * workers the thread clock would miss), the minimum of `repeats` runs after a
+ * warm-up; an emulated device's time is that host figure mapped through the
+ * device model (bt_device_layer_mapped), as the virtual clock maps it.
+ *
+ * Outliers: the minimum is robust to runs slowed down by other processes,
+ * but when the two smallest runs of a layer still differ by more than 5% the
+ * layer is timed again (up to three more rounds) and the spread is recorded.
+ *
+ * Layers are stored as one-line specs (bt_layer_spec_format), e.g.
+ *   conv2d@16x16x32:out=64,k=3x3,s=1,p=1
+ *   residual@8x8x64:post=1{conv2d:out=64,k=3x3,s=1,p=1;batchnorm;relu|conv2d:out=64,k=1x1,s=1,p=0}
+ * HDF5 layout (docs/predictor.md): root attributes format = "baton-profile",
+ * version, device, blis_arch, threads, clock, repeats, seed, host_sgemm_gflops,
+ * host_mem_gbs; 1-D datasets of length n: spec, source (strings), batch
+ * (int32), host_fwd, host_bwd, fwd, bwd, spread (float64, seconds). */
+#ifndef BATON_PROFILE_H
+#define BATON_PROFILE_H
+
+#include <stdint.h>
+
+#include "baton/device.h"
+#include "baton/err.h"
+#include "baton/layers.h"
+
+#define BT_PROFILE_FORMAT "baton-profile"
+#define BT_PROFILE_VERSION 1
+
+enum { BT_LAYER_SPEC_MAX = 512 };
+
+typedef struct bt_profile_entry {
+  bt_layer layer; /* finalized; residual blocks own their sub-layers */
+  int batch;
+  char spec[BT_LAYER_SPEC_MAX];
+  char source[48];       /* "random" or the zoo model it comes from */
+  double host_fwd, host_bwd; /* host seconds (min of repeats) */
+  double fwd, bwd;           /* device seconds (= host on the host) */
+  double spread;             /* (2nd smallest - smallest) / smallest, worst pass */
+} bt_profile_entry;
+
+typedef struct bt_profile {
+  char device[64];
+  char blis_arch[32];
+  int threads;
+  char clock[16]; /* "thread" or "wall" */
+  int repeats;
+  uint64_t seed;
+  bt_host_rates host;
+  int n, cap;
+  bt_profile_entry *e;
+} bt_profile;
+
+/* One-line layer specs: kind[@HxWxC][:key=value,...][{body;...|shortcut;...}].
+ * format: returns the length written or -1 if it does not fit. parse: the
+ * layer is finalized at its @ shape (required at the top level). */
+int bt_layer_spec_format(const bt_layer *l, char *buf, size_t len);
+int bt_layer_spec_parse(const char *spec, bt_layer *out, bt_err *err);
+
+/* Adds a layer (taking ownership of a residual's sub-layers), finalized, if no
+ * layer with the same spec and batch is there yet. Returns 1 added, 0 duplicate. */
+int bt_profile_add(bt_profile *p, bt_layer l, int batch, const char *source, bt_err *err);
+
+/* The corpus: the probe set (source "probe"), `n_random` randomised layers
+ * from `seed`, then every distinct layer of the zoo models at batches 8 and
+ * 32 (vgg16 at 8 only). */
+int bt_profile_corpus(bt_profile *p, uint64_t seed, int n_random, bt_err *err);
+
+/* The probe set a new device is characterised by: at most 10 layers chosen to
+ * exercise every term of the device model (rates of each class, per-op
+ * overhead, fill-up, bandwidth roof, cache). */
+int bt_profile_probe_set(bt_profile *p, bt_err *err);
+
+/* Host rates measured as the runtime measures them (sgemm 384^3 best of 20,
+ * 16 MiB memcpy best of 16), with the thread clock or (wall) the monotonic one. */
+void bt_profile_host_rates(bt_host_rates *h, int wall_clock);
+
+typedef void (*bt_profile_progress)(void *ctx, int done, int total);
+
+/* Times every entry on the host (repeats >= 1) and maps it to `dev` (NULL:
+ * the host itself) with `host` (from bt_host_as_device of p->host). */
+int bt_profile_measure(bt_profile *p, const bt_device *dev, const bt_device *host, int repeats,
+                       int wall_clock, bt_profile_progress progress, void *ctx, bt_err *err);
+
+/* HDF5 out and in. Reading validates everything: format and version, equal
+ * lengths, parseable specs, positive finite times; errors name the file and
+ * the first bad row. */
+int bt_profile_write(const bt_profile *p, const char *path, bt_err *err);
+int bt_profile_read(const char *path, bt_profile *p, bt_err *err);
+
+void bt_profile_free(bt_profile *p);
+
+#endif

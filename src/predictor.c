@@ -1,0 +1,1029 @@
+/* predictor: shared host-time regressions plus a per-device head; see
+ * include/baton/predictor.h and docs/predictor.md. GSL only (no BLIS here). */
+#include "baton/predictor.h"
+
+#include "baton/kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <gsl/gsl_errno.h>
+#include <gsl/gsl_linalg.h>
+#include <gsl/gsl_matrix.h>
+#include <gsl/gsl_vector.h>
+
+enum { NP = BT_PRED_THETA, MAXF = 40, MAX_OPS = BT_DEVICE_LAYER_OPS_MAX };
+/* One host-time regression per layer kind and pass (a residual block is
+ * composed from its sub-layers, so its slot stays unused). */
+enum { N_GROUPS = BT_LAYER_KIND_COUNT };
+
+typedef struct reg {
+  int nf, fitted;
+  double mean[MAXF], sd[MAXF], beta[MAXF];
+  double ylo, yhi; /* range of the fitted log times */
+  /* Residual memory: standardised features and log residuals of the fitted
+   * rows; a prediction adds the kernel-weighted residual of its nearest
+   * neighbours (the regression's systematic misses near known layers). */
+  int nk;
+  float *kx;
+  float *kr;
+} reg;
+
+typedef struct head {
+  char name[64];
+  int raw; /* real hardware (or the bare host): every layer scales with its host time */
+  double th[NP];
+  double P[NP * NP]; /* covariance */
+  long n_obs;
+} head;
+
+struct bt_predictor {
+  bt_predictor_options opt;
+  bt_host_rates hostr;
+  bt_device host;
+  reg hr[N_GROUPS][2];
+  double resid_corr[2];
+  double mu[NP], cov[NP * NP];
+  double mu_raw[NP]; /* prior mean of raw heads (mu when none was fitted) */
+  int n_dev;
+  head dev[BT_PRED_DEVICES_MAX];
+};
+
+void bt_predictor_default_options(bt_predictor_options *o) {
+  o->sigma = 0.08;
+  o->forget = 0.9;
+  o->process = 0.15;
+  o->ridge = 0.3;
+  o->linear_head = 0;
+}
+
+/* ---- features of the shared host-time model -------------------------------- */
+
+/* Convolutions, depthwise and dense layers have their own regressions; the
+ * memory-bound kinds share one (same bytes-to-time curve, kind offsets and
+ * slopes), filed under BT_RELU. */
+static int group_of(bt_layer_kind k) {
+  switch (k) {
+  case BT_RESIDUAL:
+    return -1;
+  case BT_CONV2D:
+  case BT_DWCONV2D:
+  case BT_DENSE:
+    return (int)k;
+  default:
+    return BT_RELU;
+  }
+}
+
+static double lg(double x) { return log(x > 1e-30 ? x : 1e-30); }
+static double hinge(double x, double knot) { return x > knot ? x - knot : 0.0; }
+/* log of the work a blocked kernel really does over the useful work. */
+static double waste(double n, double block) { return n > 0 ? log(ceil(n / block) * block / n) : 0; }
+
+/* Which code path layers.c takes for a convolution (the kernels' own
+ * conditions): 0 GEMM on the input (1x1 stride 1), 1 direct, 2 thin, 3 im2col. */
+static int conv_path(const bt_layer *l, int batch, int back) {
+  if (l->kh == 1 && l->kw == 1 && l->stride == 1 && l->pad == 0)
+    return 0;
+  if (l->stride != 1)
+    return 3;
+  bt_conv_geom g = back ? (bt_conv_geom){batch, l->out.h, l->out.w, l->out.c, l->in.c, l->kh,
+                                          l->kw, l->kh - 1 - l->pad, l->in.h, l->in.w}
+                        : (bt_conv_geom){batch, l->in.h, l->in.w, l->in.c, l->out.c, l->kh, l->kw,
+                                         l->pad, l->out.h, l->out.w};
+  if ((back ? l->out.c >= 16 : l->in.c >= 4) && bt_conv_direct_ok(&g))
+    return 1;
+  if (bt_conv_thin_ok(&g))
+    return 2;
+  return 3;
+}
+
+static int gemm_features(double M, double N, double K, double *x) {
+  const double lm = lg(M), ln = lg(N), lk = lg(K);
+  int n = 0;
+  x[n++] = lm, x[n++] = ln, x[n++] = lk;
+  x[n++] = lm * lm, x[n++] = ln * ln, x[n++] = lk * lk;
+  x[n++] = lm * ln, x[n++] = lm * lk, x[n++] = ln * lk;
+  x[n++] = waste(N, 16), x[n++] = waste(N, 64), x[n++] = waste(M, 6);
+  return n;
+}
+
+/* Log-space features; returns their count (the intercept is implicit). */
+static int features(const bt_layer *l, int batch, int pass, double *x) {
+  const double B = batch > 0 ? batch : 1;
+  const double ein = (double)bt_shape_elems(l->in) * B, eout = (double)bt_shape_elems(l->out) * B;
+  const double lb = lg(4 * (ein + eout));
+  int n = 0;
+  switch (l->kind) {
+  case BT_CONV2D: {
+    const double M = B * l->out.h * l->out.w, N = l->units, K = (double)l->kh * l->kw * l->in.c;
+    n = gemm_features(M, N, K, x);
+    const double lm = lg(M), ln = lg(N), lk = lg(K);
+    /* Code paths: forward's, or backward's weight- and input-gradient paths. */
+    const int pf = conv_path(l, batch, 0), pb = pass ? conv_path(l, batch, 1) : pf;
+    for (int path = 0; path < 3; path++) {
+      const double on = (pf == path) + (pass ? (pb == path) : 0);
+      x[n++] = on, x[n++] = on * lm, x[n++] = on * ln, x[n++] = on * lk;
+    }
+    x[n++] = l->stride > 1, x[n++] = l->in.c < 8, x[n++] = l->out.h * l->out.w <= 16;
+    x[n++] = lg(B), x[n++] = lg(l->out.w), x[n++] = waste(l->out.w, 6), x[n++] = waste(l->in.c, 16);
+    x[n++] = hinge(lb, lg(1 << 20)), x[n++] = hinge(lb, lg(8 << 20));
+    return n;
+  }
+  case BT_DENSE:
+    n = gemm_features(B, l->units, (double)bt_shape_elems(l->in), x);
+    x[n++] = lg(4.0 * l->units * bt_shape_elems(l->in));
+    x[n++] = hinge(lg(4.0 * l->units * bt_shape_elems(l->in)), lg(1 << 20));
+    x[n++] = hinge(lg(4.0 * l->units * bt_shape_elems(l->in)), lg(8 << 20));
+    return n;
+  case BT_DWCONV2D:
+    x[n++] = lg(eout), x[n++] = lg(eout) * lg(eout), x[n++] = lg(l->in.c);
+    x[n++] = lg(l->out.h * l->out.w), x[n++] = lg(B), x[n++] = l->kh;
+    x[n++] = l->stride > 1, x[n++] = lg(l->in.c) * lg(l->in.c), x[n++] = waste(l->in.c, 16);
+    x[n++] = hinge(lb, lg(1 << 20)), x[n++] = hinge(lb, lg(8 << 20));
+    return n;
+  default: {
+    static const bt_layer_kind kinds[] = {BT_RELU6,   BT_MAXPOOL, BT_AVGPOOL,
+                                          BT_GLOBAL_AVGPOOL, BT_BATCHNORM, BT_FLATTEN,
+                                          BT_DROPOUT, BT_SOFTMAX_CE};
+    x[n++] = lb, x[n++] = lb * lb;
+    x[n++] = hinge(lb, lg(256 << 10)), x[n++] = hinge(lb, lg(1 << 20));
+    x[n++] = hinge(lb, lg(4 << 20)), x[n++] = hinge(lb, lg(16 << 20));
+    x[n++] = lg(l->in.c), x[n++] = lg(B), x[n++] = waste(l->in.c, 16);
+    x[n++] = lg(eout / ein), x[n++] = l->kind == BT_MAXPOOL && l->kh == 3;
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+      const double on = l->kind == kinds[k];
+      x[n++] = on, x[n++] = on * lb;
+    }
+    return n;
+  }
+  }
+}
+
+static double reg_eval(const reg *r, const double *x) {
+  double y = r->beta[0];
+  for (int j = 0; j < r->nf; j++)
+    y += r->beta[j + 1] * (x[j] - r->mean[j]) / r->sd[j];
+  return y;
+}
+
+enum { KNN_K = 4 };
+#define KNN_TAU 1.0
+#define KNN_SHRINK 0.15
+
+/* The neighbours' residual: sum w r / (sum w + shrink), w = exp(-d^2 / tau),
+ * over the KNN_K nearest stored rows; far from every known layer it is 0. */
+static double knn_correction(const reg *r, const double *x) {
+  if (r->nk == 0)
+    return 0;
+  double z[MAXF], bd[KNN_K], br[KNN_K];
+  int nb = 0;
+  for (int j = 0; j < r->nf; j++)
+    z[j] = (x[j] - r->mean[j]) / r->sd[j];
+  for (int i = 0; i < r->nk; i++) {
+    const float *k = r->kx + (size_t)i * r->nf;
+    double d = 0;
+    for (int j = 0; j < r->nf && (nb < KNN_K || d < bd[nb - 1]); j++)
+      d += (z[j] - k[j]) * (z[j] - k[j]);
+    if (nb == KNN_K && d >= bd[nb - 1])
+      continue;
+    int at = nb < KNN_K ? nb++ : nb - 1;
+    while (at > 0 && bd[at - 1] > d) {
+      bd[at] = bd[at - 1], br[at] = br[at - 1];
+      at--;
+    }
+    bd[at] = d, br[at] = r->kr[i];
+  }
+  double sw = 0, swr = 0;
+  for (int i = 0; i < nb; i++) {
+    double w = exp(-bd[i] / KNN_TAU);
+    sw += w, swr += w * br[i];
+  }
+  return swr / (sw + KNN_SHRINK);
+}
+
+static double clamp_time(double t) {
+  if (!isfinite(t) || !(t > 0))
+    return t > 0 ? 1e3 : 1e-9;
+  return t < 1e-9 ? 1e-9 : t > 1e3 ? 1e3 : t;
+}
+
+static double host_time(const bt_predictor *p, const bt_layer *l, int batch, bt_pass pass);
+
+/* Residual add (and post-ReLU) costs: an element-wise layer at the output shape. */
+static double elem_like(const bt_predictor *p, bt_shape s, int batch, bt_pass pass, double scale) {
+  bt_layer r;
+  memset(&r, 0, sizeof r);
+  r.kind = BT_RELU;
+  r.in = r.out = s;
+  return scale * host_time(p, &r, batch, pass);
+}
+
+static double host_time(const bt_predictor *p, const bt_layer *l, int batch, bt_pass pass) {
+  if (l->kind == BT_RESIDUAL) {
+    double t = 0;
+    for (int j = 0; j < l->n_body + l->n_short; j++)
+      t += host_time(p, &l->sub[j], batch, pass);
+    t += elem_like(p, pass == BT_PASS_FWD ? l->out : l->in, batch, pass, 1.5);
+    if (l->post_relu)
+      t += elem_like(p, l->out, batch, pass, 1.0);
+    return clamp_time(t * p->resid_corr[pass]);
+  }
+  const int g = group_of(l->kind);
+  const reg *r = &p->hr[g][pass];
+  if (!r->fitted)
+    return clamp_time(bt_device_layer_analytic(&p->host, l, batch, pass, 0).total);
+  double x[MAXF];
+  features(l, batch, pass, x);
+  double ly = reg_eval(r, x) + knn_correction(r, x);
+  /* Far outside the fitted layers a quadratic can run away: keep within
+   * e^2 (7.4x) of the range of fitted times. */
+  ly = ly < r->ylo - 2 ? r->ylo - 2 : ly > r->yhi + 2 ? r->yhi + 2 : ly;
+  return clamp_time(exp(ly));
+}
+
+double bt_predictor_host_time(const bt_predictor *p, const bt_layer *l, int batch, bt_pass pass) {
+  return l ? host_time(p, l, batch, pass) : 0.0;
+}
+
+/* Ridge regression of y on standardised x (rows n, features nf) with GSL. */
+static int fit_reg(reg *r, const double *X, const double *y, int n, int nf, double ridge) {
+  memset(r, 0, sizeof *r);
+  r->nf = nf;
+  if (n < 4)
+    return 0;
+  for (int j = 0; j < nf; j++) {
+    double m = 0, v = 0;
+    for (int i = 0; i < n; i++)
+      m += X[i * nf + j];
+    m /= n;
+    for (int i = 0; i < n; i++)
+      v += (X[i * nf + j] - m) * (X[i * nf + j] - m);
+    r->mean[j] = m;
+    r->sd[j] = v > 1e-12 * n ? sqrt(v / n) : 1.0;
+  }
+  const int d = nf + 1;
+  gsl_matrix *A = gsl_matrix_calloc(d, d);
+  gsl_vector *b = gsl_vector_calloc(d), *beta = gsl_vector_alloc(d);
+  double z[MAXF + 1];
+  for (int i = 0; i < n; i++) {
+    z[0] = 1;
+    for (int j = 0; j < nf; j++)
+      z[j + 1] = (X[i * nf + j] - r->mean[j]) / r->sd[j];
+    for (int a = 0; a < d; a++) {
+      gsl_vector_set(b, a, gsl_vector_get(b, a) + z[a] * y[i]);
+      for (int c = 0; c < d; c++)
+        gsl_matrix_set(A, a, c, gsl_matrix_get(A, a, c) + z[a] * z[c]);
+    }
+  }
+  for (int a = 1; a < d; a++)
+    gsl_matrix_set(A, a, a, gsl_matrix_get(A, a, a) + ridge);
+  gsl_matrix_set(A, 0, 0, gsl_matrix_get(A, 0, 0) + 1e-9);
+  int ok = gsl_linalg_cholesky_decomp1(A) == 0 && gsl_linalg_cholesky_solve(A, b, beta) == 0;
+  if (ok)
+    for (int a = 0; a < d; a++)
+      r->beta[a] = gsl_vector_get(beta, a);
+  r->fitted = ok;
+  r->ylo = r->yhi = y[0];
+  for (int i = 1; i < n; i++)
+    r->ylo = fmin(r->ylo, y[i]), r->yhi = fmax(r->yhi, y[i]);
+  gsl_matrix_free(A);
+  gsl_vector_free(b);
+  gsl_vector_free(beta);
+  return 0;
+}
+
+/* ---- the head ----------------------------------------------------------------- */
+
+static void theta_device(const bt_predictor *p, const double *th, bt_device *d) {
+  memset(d, 0, sizeof *d);
+  snprintf(d->name, sizeof d->name, "predicted");
+  for (int c = 0; c < BT_OP_CLASS_COUNT; c++)
+    d->rate[c] = p->host.rate[c] * exp(-th[1 + c]);
+  d->op_overhead_us = exp(th[0]);
+  d->half_util_flops = 1e6 * exp(th[6]);
+  d->cache_kib = 1024 * exp(th[7]);
+  d->cache_speedup = 1 + exp(th[8]);
+  d->capacity_mib = d->bandwidth_gbs = d->link_bandwidth_mbps = 1;
+}
+
+void bt_predictor_head_device(const bt_predictor *p, int dev, bt_device *out) {
+  if (dev < 0 || dev >= p->n_dev) {
+    memset(out, 0, sizeof *out);
+    return;
+  }
+  theta_device(p, p->dev[dev].th, out);
+  snprintf(out->name, sizeof out->name, "%s", p->dev[dev].name);
+}
+
+/* A sample with everything that does not depend on theta precomputed. */
+typedef struct fsample {
+  int n_ops;
+  bt_device_op ops[MAX_OPS];
+  double h;         /* predicted host seconds */
+  double t_host;    /* host-model busy seconds of all ops */
+  double t_host_cb; /* of its compute-bound ops */
+  double logy;      /* log measured seconds */
+  int raw;          /* the head's kind (see head.raw) */
+} fsample;
+
+static void prep(const bt_predictor *p, const bt_layer *l, int batch, bt_pass pass, double h,
+                 fsample *s) {
+  int n = bt_device_layer_ops(l, batch, pass, s->ops, MAX_OPS);
+  s->n_ops = n < MAX_OPS ? n : MAX_OPS;
+  s->h = h > 0 ? h : host_time(p, l, batch, pass);
+  s->t_host = s->t_host_cb = 0;
+  for (int k = 0; k < s->n_ops; k++) {
+    double b = bt_device_op_busy(&p->host, &s->ops[k], 0);
+    s->t_host += b;
+    if (bt_op_class_compute_bound(s->ops[k].cls))
+      s->t_host_cb += b;
+  }
+}
+
+/* Device seconds from host seconds s->h, exactly as bt_device_layer_mapped
+ * maps them (tests/test_predictor.c checks the two agree): the busy time
+ * scales by T_d / T_host, except for a layer the host model finds mostly
+ * memory-bound, which keeps its analytic device time; plus the overheads. */
+static double head_time(const bt_predictor *p, const bt_device *d, const double *th,
+                        const fsample *s) {
+  if (p->opt.linear_head)
+    return clamp_time(s->h * exp(th[1]));
+  double td = 0;
+  for (int k = 0; k < s->n_ops; k++)
+    td += bt_device_op_busy(d, &s->ops[k], 0);
+  const double ovh = s->n_ops * d->op_overhead_us * 1e-6;
+  if (!(s->t_host > 0) || !(s->h > 0) || (!s->raw && s->t_host_cb < 0.5 * s->t_host))
+    return clamp_time(ovh + td);
+  return clamp_time(ovh + s->h * td / s->t_host);
+}
+
+/* Sum of squared standardised residuals + prior term. */
+static double objective(const bt_predictor *p, const fsample *s, int n, const double *th,
+                        const double *mu, const double *prec, double *res) {
+  bt_device d;
+  theta_device(p, th, &d);
+  double f = 0;
+  for (int i = 0; i < n; i++) {
+    double r = (log(head_time(p, &d, th, &s[i])) - s[i].logy) / p->opt.sigma;
+    /* Huber: a sample 3 sigma off (a noisy timing) pulls linearly, not quadratically. */
+    double w = fabs(r) > 3 ? sqrt(3 / fabs(r)) : 1;
+    if (res)
+      res[i] = r * w;
+    f += r * w * r * w;
+  }
+  for (int a = 0; a < NP; a++)
+    for (int b = 0; b < NP; b++)
+      f += (th[a] - mu[a]) * prec[a * NP + b] * (th[b] - mu[b]);
+  return f;
+}
+
+static int invert_spd(const double *in, double *out) {
+  gsl_matrix *A = gsl_matrix_alloc(NP, NP);
+  for (int a = 0; a < NP * NP; a++)
+    A->data[a] = in[a];
+  for (int a = 0; a < NP; a++)
+    A->data[a * NP + a] += 1e-10;
+  int ok = gsl_linalg_cholesky_decomp1(A) == 0 && gsl_linalg_cholesky_invert(A) == 0;
+  if (ok)
+    for (int a = 0; a < NP * NP; a++)
+      out[a] = A->data[a];
+  gsl_matrix_free(A);
+  return ok ? 0 : -1;
+}
+
+/* MAP by Levenberg-Marquardt from th (in/out); posterior covariance into cov. */
+static void map_fit(const bt_predictor *p, const fsample *s, int n, const double *mu,
+                    const double *prec, double *th, double *cov, int iters) {
+  double *res = malloc((size_t)(n + 1) * sizeof *res), *res2 = malloc((size_t)(n + 1) * sizeof *res2);
+  double *J = malloc((size_t)(n + 1) * NP * sizeof *J);
+  const int active = p->opt.linear_head ? 0 : 1;
+  double lambda = 1e-2;
+  double f = objective(p, s, n, th, mu, prec, res);
+  double H[NP * NP];
+  for (int it = 0; it < iters && res && res2 && J; it++) {
+    for (int a = 0; a < NP; a++) {
+      double t2[NP];
+      memcpy(t2, th, sizeof t2);
+      const double step = a == 7 ? 0.15 : 1e-4;
+      t2[a] += step;
+      objective(p, s, n, t2, mu, prec, res2);
+      for (int i = 0; i < n; i++)
+        J[i * NP + a] = (res2[i] - res[i]) / step;
+    }
+    double g[NP];
+    for (int a = 0; a < NP; a++) {
+      g[a] = 0;
+      for (int b = 0; b < NP; b++) {
+        double h = prec[a * NP + b];
+        for (int i = 0; i < n; i++)
+          h += J[i * NP + a] * J[i * NP + b];
+        H[a * NP + b] = h;
+        g[a] += prec[a * NP + b] * (th[b] - mu[b]);
+      }
+      for (int i = 0; i < n; i++)
+        g[a] += J[i * NP + a] * res[i];
+    }
+    int improved = 0;
+    for (int tries = 0; tries < 8 && !improved; tries++) {
+      gsl_matrix *A = gsl_matrix_alloc(NP, NP);
+      gsl_vector *bv = gsl_vector_alloc(NP), *dx = gsl_vector_alloc(NP);
+      for (int a = 0; a < NP; a++) {
+        for (int b = 0; b < NP; b++)
+          gsl_matrix_set(A, a, b, H[a * NP + b]);
+        gsl_matrix_set(A, a, a, H[a * NP + a] * (1 + lambda) + 1e-9);
+        gsl_vector_set(bv, a, -g[a]);
+      }
+      double t2[NP];
+      if (gsl_linalg_cholesky_decomp1(A) == 0 && gsl_linalg_cholesky_solve(A, bv, dx) == 0) {
+        for (int a = 0; a < NP; a++) {
+          double st = gsl_vector_get(dx, a);
+          st = st > 2 ? 2 : st < -2 ? -2 : st;
+          t2[a] = th[a] + st;
+        }
+        double f2 = objective(p, s, n, t2, mu, prec, res2);
+        if (f2 < f) {
+          memcpy(th, t2, sizeof t2);
+          memcpy(res, res2, (size_t)n * sizeof *res);
+          f = f2;
+          improved = 1;
+          lambda = lambda / 3 > 1e-7 ? lambda / 3 : 1e-7;
+        }
+      }
+      if (!improved)
+        lambda *= 5;
+      gsl_matrix_free(A);
+      gsl_vector_free(bv);
+      gsl_vector_free(dx);
+    }
+    if (!improved)
+      break;
+  }
+  (void)active;
+  if (cov) {
+    /* Posterior precision: J'J + prior precision, at the optimum. */
+    for (int a = 0; a < NP; a++) {
+      double t2[NP];
+      memcpy(t2, th, sizeof t2);
+      const double step = a == 7 ? 0.15 : 1e-4;
+      t2[a] += step;
+      objective(p, s, n, t2, mu, prec, res2);
+      for (int i = 0; i < n; i++)
+        J[i * NP + a] = (res2[i] - res[i]) / step;
+    }
+    for (int a = 0; a < NP; a++)
+      for (int b = 0; b < NP; b++) {
+        double h = prec[a * NP + b];
+        for (int i = 0; i < n; i++)
+          h += J[i * NP + a] * J[i * NP + b];
+        H[a * NP + b] = h;
+      }
+    if (invert_spd(H, cov) < 0)
+      memcpy(cov, p->cov, sizeof H);
+  }
+  free(res), free(res2), free(J);
+}
+
+/* A full fit: coarse scan of the cache size around LM (the step in the cache
+ * term has no useful gradient far from the threshold). */
+static void full_fit(const bt_predictor *p, const fsample *s, int n, const double *mu,
+                     const double *prec, double *th, double *cov) {
+  map_fit(p, s, n, mu, prec, th, NULL, 40);
+  if (!p->opt.linear_head) {
+    double best = objective(p, s, n, th, mu, prec, NULL), keep = th[7];
+    for (double lc = log(1.0 / 32); lc <= log(64.0); lc += log(2.0) / 4) {
+      th[7] = lc;
+      double f = objective(p, s, n, th, mu, prec, NULL);
+      if (f < best)
+        best = f, keep = lc;
+    }
+    th[7] = keep;
+  }
+  map_fit(p, s, n, mu, prec, th, cov, 40);
+}
+
+/* A vague prior for fitting seen devices on their own data. */
+static void vague_prior(double *mu, double *prec) {
+  static const double m[NP] = {1.6, 0, 0, 0, 0, 0, 0, 0, 0};
+  memcpy(mu, m, sizeof m);
+  memset(prec, 0, NP * NP * sizeof *prec);
+  for (int a = 0; a < NP; a++)
+    prec[a * NP + a] = 1.0 / 9.0; /* std 3 in log space */
+}
+
+/* ---- fitting ------------------------------------------------------------------ */
+
+static int same_corpus(const bt_profile *a, const bt_profile *b, const char *na, const char *nb,
+                       bt_err *err) {
+  if (a->n != b->n)
+    return bt_err_set(err,
+                      "profiling sets '%s' (%d layers) and '%s' (%d layers) time different "
+                      "corpora; regenerate them with the same --seed and --random "
+                      "(experiments/predictor/profile-all.sh)",
+                      na, a->n, nb, b->n);
+  for (int i = 0; i < a->n; i++)
+    if (a->e[i].batch != b->e[i].batch || strcmp(a->e[i].spec, b->e[i].spec) != 0)
+      return bt_err_set(err,
+                        "profiling sets '%s' and '%s' differ at row %d (%.120s batch %d vs "
+                        "%.120s batch %d); regenerate them with the same corpus",
+                        na, nb, i, a->e[i].spec, a->e[i].batch, b->e[i].spec, b->e[i].batch);
+  return 0;
+}
+
+static int cmp_d(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+static double median_of(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static int fit_heads_and_prior(bt_predictor *p, const bt_profile *sets, int n_sets,
+                               const unsigned char *use_row);
+
+int bt_predictor_fit(const bt_profile *sets, const char *const *names, int n_sets,
+                     const unsigned char *use_row, const bt_predictor_options *opt,
+                     bt_predictor **out, bt_err *err) {
+  *out = NULL;
+  gsl_set_error_handler_off();
+  if (n_sets < 1)
+    return bt_err_set(err, "the predictor needs at least one profiling set");
+  if (n_sets > BT_PRED_DEVICES_MAX)
+    return bt_err_set(err, "at most %d profiling sets", BT_PRED_DEVICES_MAX);
+  for (int k = 1; k < n_sets; k++)
+    if (same_corpus(&sets[0], &sets[k], names ? names[0] : sets[0].device,
+                    names ? names[k] : sets[k].device, err) < 0)
+      return -1;
+  bt_predictor *p = calloc(1, sizeof *p);
+  if (!p)
+    return bt_err_set(err, "out of memory");
+  if (opt)
+    p->opt = *opt;
+  else
+    bt_predictor_default_options(&p->opt);
+  /* The base host: the most common BLIS arch among single-thread sets. */
+  int base = -1, best = 0;
+  for (int k = 0; k < n_sets; k++) {
+    int c = 0;
+    for (int j = 0; j < n_sets; j++)
+      c += sets[j].threads <= 1 && strcmp(sets[j].blis_arch, sets[k].blis_arch) == 0;
+    if (sets[k].threads <= 1 && c > best)
+      best = c, base = k;
+  }
+  if (base < 0)
+    base = 0;
+  int *from = malloc((size_t)n_sets * sizeof *from), nb = 0;
+  double *tmp = malloc((size_t)(n_sets + 1) * sizeof *tmp);
+  const int n = sets[0].n;
+  double *hf = malloc((size_t)n * sizeof *hf), *hb = malloc((size_t)n * sizeof *hb);
+  double *X = malloc((size_t)n * MAXF * sizeof *X), *y = malloc((size_t)n * sizeof *y);
+  if (!from || !tmp || !hf || !hb || !X || !y) {
+    free(from), free(tmp), free(hf), free(hb), free(X), free(y), free(p);
+    return bt_err_set(err, "out of memory");
+  }
+  for (int k = 0; k < n_sets; k++)
+    if (sets[k].threads <= 1 && strcmp(sets[k].blis_arch, sets[base].blis_arch) == 0)
+      from[nb++] = k;
+  /* Host rates and per-row host times: medians over the base-host sets. */
+  for (int j = 0; j < nb; j++)
+    tmp[j] = sets[from[j]].host.sgemm_gflops;
+  p->hostr.sgemm_gflops = median_of(tmp, nb);
+  for (int j = 0; j < nb; j++)
+    tmp[j] = sets[from[j]].host.mem_gbs;
+  p->hostr.mem_gbs = median_of(tmp, nb);
+  if (bt_host_as_device(&p->hostr, &p->host, err) < 0) {
+    free(from), free(tmp), free(hf), free(hb), free(X), free(y), free(p);
+    return -1;
+  }
+  for (int i = 0; i < n; i++) {
+    for (int j = 0; j < nb; j++)
+      tmp[j] = sets[from[j]].e[i].host_fwd;
+    hf[i] = median_of(tmp, nb);
+    for (int j = 0; j < nb; j++)
+      tmp[j] = sets[from[j]].e[i].host_bwd;
+    hb[i] = median_of(tmp, nb);
+  }
+  p->resid_corr[0] = p->resid_corr[1] = 1;
+  for (int pass = 0; pass < 2; pass++) {
+    for (int g = 0; g < N_GROUPS; g++) {
+      int m = 0, nf = 0;
+      for (int i = 0; i < n; i++) {
+        const bt_layer *l = &sets[0].e[i].layer;
+        if ((use_row && !use_row[i]) || group_of(l->kind) != g)
+          continue;
+        nf = features(l, sets[0].e[i].batch, pass, X + (size_t)m * MAXF);
+        y[m++] = log(pass ? hb[i] : hf[i]);
+      }
+      /* features() writes rows MAXF apart; compact them. */
+      for (int i = 0; i < m; i++)
+        memmove(X + (size_t)i * nf, X + (size_t)i * MAXF, (size_t)nf * sizeof *X);
+      reg *r = &p->hr[g][pass];
+      fit_reg(r, X, y, m, nf, p->opt.ridge);
+      if (r->fitted && m > 0) {
+        r->kx = malloc((size_t)m * nf * sizeof *r->kx);
+        r->kr = malloc((size_t)m * sizeof *r->kr);
+        if (r->kx && r->kr) {
+          for (int i = 0; i < m; i++) {
+            for (int j = 0; j < nf; j++)
+              r->kx[(size_t)i * nf + j] = (float)((X[(size_t)i * nf + j] - r->mean[j]) / r->sd[j]);
+            r->kr[i] = (float)(y[i] - reg_eval(r, X + (size_t)i * nf));
+          }
+          r->nk = m;
+        }
+      }
+    }
+    /* Residual blocks: one composition factor per pass (geometric mean). */
+    double s = 0;
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+      const bt_layer *l = &sets[0].e[i].layer;
+      if ((use_row && !use_row[i]) || l->kind != BT_RESIDUAL)
+        continue;
+      s += log(pass ? hb[i] : hf[i]) - log(host_time(p, l, sets[0].e[i].batch, pass));
+      m++;
+    }
+    p->resid_corr[pass] = m ? exp(s / m) : 1;
+  }
+  free(from), free(tmp), free(hf), free(hb), free(X), free(y);
+  p->n_dev = n_sets;
+  for (int k = 0; k < n_sets; k++)
+    snprintf(p->dev[k].name, sizeof p->dev[k].name, "%s", names ? names[k] : sets[k].device);
+  if (fit_heads_and_prior(p, sets, n_sets, use_row) < 0) {
+    bt_predictor_free(p);
+    return bt_err_set(err, "out of memory fitting device heads");
+  }
+  *out = p;
+  return 0;
+}
+
+static int fit_heads_and_prior(bt_predictor *p, const bt_profile *sets, int n_sets,
+                               const unsigned char *use_row) {
+  const int n = sets[0].n;
+  fsample *s = malloc((size_t)2 * n * sizeof *s);
+  if (!s)
+    return -1;
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    if (use_row && !use_row[i])
+      continue;
+    for (int pass = 0; pass < 2; pass++)
+      prep(p, &sets[0].e[i].layer, sets[0].e[i].batch, pass, 0, &s[m++]);
+  }
+  double mu[NP], prec[NP * NP];
+  vague_prior(mu, prec);
+  for (int k = 0; k < n_sets; k++) {
+    head *h = &p->dev[k];
+    int j = 0;
+    for (int i = 0; i < n; i++) {
+      if (use_row && !use_row[i])
+        continue;
+      s[j++].logy = log(sets[k].e[i].fwd);
+      s[j++].logy = log(sets[k].e[i].bwd);
+    }
+    h->raw = strcmp(sets[k].device, "host") == 0;
+    for (int i = 0; i < m; i++)
+      s[i].raw = h->raw;
+    memcpy(h->th, mu, sizeof h->th);
+    h->th[8] = 0.0;
+    full_fit(p, s, m, mu, prec, h->th, h->P);
+    h->n_obs = m;
+  }
+  free(s);
+  /* Population prior: mean and covariance of the seen heads, shrunk towards
+   * a diagonal floor so that one device cannot make it singular. */
+  for (int a = 0; a < NP; a++) {
+    p->mu[a] = 0;
+    for (int k = 0; k < n_sets; k++)
+      p->mu[a] += p->dev[k].th[a] / n_sets;
+  }
+  for (int a = 0; a < NP; a++)
+    for (int b = 0; b < NP; b++) {
+      double c = 0;
+      for (int k = 0; k < n_sets; k++)
+        c += (p->dev[k].th[a] - p->mu[a]) * (p->dev[k].th[b] - p->mu[b]);
+      p->cov[a * NP + b] = n_sets > 1 ? c / (n_sets - 1) : 0;
+    }
+  for (int a = 0; a < NP; a++)
+    p->cov[a * NP + a] = 1.2 * p->cov[a * NP + a] + 0.25;
+  /* Raw heads (real hardware) start from the raw heads seen, if any: a real
+   * CPU is closer to the host than to the emulated boards. */
+  int n_raw = 0;
+  memset(p->mu_raw, 0, sizeof p->mu_raw);
+  for (int k = 0; k < n_sets; k++)
+    if (p->dev[k].raw) {
+      n_raw++;
+      for (int a = 0; a < NP; a++)
+        p->mu_raw[a] += p->dev[k].th[a];
+    }
+  for (int a = 0; a < NP; a++)
+    p->mu_raw[a] = n_raw ? p->mu_raw[a] / n_raw : p->mu[a];
+  return 0;
+}
+
+void bt_predictor_free(bt_predictor *p) {
+  if (!p)
+    return;
+  for (int g = 0; g < N_GROUPS; g++)
+    for (int pass = 0; pass < 2; pass++)
+      free(p->hr[g][pass].kx), free(p->hr[g][pass].kr);
+  free(p);
+}
+
+/* ---- devices, adaptation, online updates -------------------------------------- */
+
+int bt_predictor_device(const bt_predictor *p, const char *name) {
+  for (int k = 0; p && name && k < p->n_dev; k++)
+    if (strcmp(p->dev[k].name, name) == 0)
+      return k;
+  return -1;
+}
+
+int bt_predictor_n_devices(const bt_predictor *p) { return p ? p->n_dev : 0; }
+
+const char *bt_predictor_device_name(const bt_predictor *p, int dev) {
+  return p && dev >= 0 && dev < p->n_dev ? p->dev[dev].name : NULL;
+}
+
+static int check_samples(const bt_pred_sample *s, int n, bt_err *err) {
+  if (n < 0 || (n > 0 && !s))
+    return bt_err_set(err, "predictor: %d samples but no sample array", n);
+  for (int i = 0; i < n; i++) {
+    if (!s[i].layer)
+      return bt_err_set(err, "predictor: sample %d has no layer", i);
+    if (s[i].batch < 1)
+      return bt_err_set(err, "predictor: sample %d (%s): batch %d must be >= 1", i,
+                        bt_layer_kind_name(s[i].layer->kind), s[i].batch);
+    if (s[i].pass != BT_PASS_FWD && s[i].pass != BT_PASS_BWD)
+      return bt_err_set(err, "predictor: sample %d: pass must be forward or backward", i);
+    if (!isfinite(s[i].seconds) || !(s[i].seconds > 0))
+      return bt_err_set(err,
+                        "predictor: sample %d (%s, batch %d): time %g s; measured times must be "
+                        "positive and finite",
+                        i, bt_layer_kind_name(s[i].layer->kind), s[i].batch, s[i].seconds);
+  }
+  return 0;
+}
+
+static fsample *prep_samples(const bt_predictor *p, const bt_pred_sample *in, int n, int raw) {
+  fsample *s = malloc((size_t)(n + 1) * sizeof *s);
+  for (int i = 0; s && i < n; i++) {
+    prep(p, in[i].layer, in[i].batch, in[i].pass, 0, &s[i]);
+    s[i].logy = log(in[i].seconds);
+    s[i].raw = raw;
+  }
+  return s;
+}
+
+static int device_slot(bt_predictor *p, const char *device, bt_err *err) {
+  int k = bt_predictor_device(p, device);
+  if (k >= 0)
+    return k;
+  if (!device || !device[0] || strlen(device) >= sizeof p->dev[0].name)
+    return bt_err_set(err, "predictor: a device needs a name of 1..63 characters");
+  if (p->n_dev == BT_PRED_DEVICES_MAX)
+    return bt_err_set(err, "predictor: at most %d devices", BT_PRED_DEVICES_MAX);
+  k = p->n_dev++;
+  memset(&p->dev[k], 0, sizeof p->dev[k]);
+  snprintf(p->dev[k].name, sizeof p->dev[k].name, "%s", device);
+  return k;
+}
+
+int bt_predictor_adapt(bt_predictor *p, const char *device, const bt_pred_sample *probes, int n,
+                       bt_err *err) {
+  gsl_set_error_handler_off();
+  if (check_samples(probes, n, err) < 0)
+    return -1;
+  int k = device_slot(p, device, err);
+  if (k < 0)
+    return -1;
+  head *h = &p->dev[k];
+  const double *mu = h->raw ? p->mu_raw : p->mu;
+  memcpy(h->th, mu, sizeof h->th);
+  memcpy(h->P, p->cov, sizeof h->P);
+  h->n_obs = n;
+  if (n == 0)
+    return k;
+  double prec[NP * NP];
+  fsample *s = prep_samples(p, probes, n, h->raw);
+  if (!s || invert_spd(p->cov, prec) < 0) {
+    free(s);
+    return bt_err_set(err, "predictor: out of memory or singular prior");
+  }
+  map_fit(p, s, n, mu, prec, h->th, h->P, 30);
+  free(s);
+  return k;
+}
+
+int bt_predictor_set_raw(bt_predictor *p, int dev, int raw) {
+  if (!p || dev < 0 || dev >= p->n_dev)
+    return -1;
+  p->dev[dev].raw = raw != 0;
+  return 0;
+}
+
+int bt_predictor_clone_device(bt_predictor *p, const char *from, const char *to, bt_err *err) {
+  int a = bt_predictor_device(p, from);
+  if (a < 0)
+    return bt_err_set(err, "predictor: no device '%s' to copy", from ? from : "(null)");
+  int k = device_slot(p, to, err);
+  if (k < 0)
+    return -1;
+  head h = p->dev[a];
+  snprintf(h.name, sizeof h.name, "%s", to);
+  p->dev[k] = h;
+  return k;
+}
+
+int bt_predictor_update(bt_predictor *p, const char *device, const bt_pred_sample *measured,
+                        int n, bt_err *err) {
+  gsl_set_error_handler_off();
+  if (check_samples(measured, n, err) < 0)
+    return -1;
+  int k = bt_predictor_device(p, device);
+  if (k < 0) /* a device never seen: start from the population prior */
+    k = bt_predictor_adapt(p, device, NULL, 0, err);
+  if (k < 0)
+    return -1;
+  head *h = &p->dev[k];
+  /* Forgetting and process noise: old evidence fades, so a device whose
+   * speed changes mid-run is followed within a few rounds. */
+  double P[NP * NP], prec[NP * NP], mu[NP];
+  for (int a = 0; a < NP * NP; a++)
+    P[a] = h->P[a] / p->opt.forget;
+  for (int a = 0; a < NP; a++)
+    P[a * NP + a] += p->opt.process * p->opt.process;
+  if (n == 0) {
+    memcpy(h->P, P, sizeof P);
+    return 0;
+  }
+  if (invert_spd(P, prec) < 0)
+    return bt_err_set(err, "predictor: head covariance of '%s' is singular", device);
+  fsample *s = prep_samples(p, measured, n, h->raw);
+  if (!s)
+    return bt_err_set(err, "predictor: out of memory");
+  memcpy(mu, h->th, sizeof mu);
+  map_fit(p, s, n, mu, prec, h->th, h->P, 5);
+  h->n_obs += n;
+  free(s);
+  return 0;
+}
+
+double bt_predictor_predict_dev(const bt_predictor *p, int dev, const bt_layer *l, int batch,
+                                bt_pass pass) {
+  if (!p || !l || dev < 0 || dev >= p->n_dev || batch < 1)
+    return 0.0;
+  fsample s;
+  prep(p, l, batch, pass, 0, &s);
+  s.raw = p->dev[dev].raw;
+  bt_device d;
+  theta_device(p, p->dev[dev].th, &d);
+  double t = head_time(p, &d, p->dev[dev].th, &s);
+  return isfinite(t) && t >= 0 ? t : 0.0;
+}
+
+double bt_predictor_map_dev(const bt_predictor *p, int dev, const bt_layer *l, int batch,
+                            bt_pass pass, double host_seconds) {
+  if (!p || !l || dev < 0 || dev >= p->n_dev || batch < 1)
+    return 0.0;
+  fsample s;
+  prep(p, l, batch, pass, isfinite(host_seconds) && host_seconds > 0 ? host_seconds : 0, &s);
+  s.raw = p->dev[dev].raw;
+  bt_device d;
+  theta_device(p, p->dev[dev].th, &d);
+  double t = head_time(p, &d, p->dev[dev].th, &s);
+  return isfinite(t) && t >= 0 ? t : 0.0;
+}
+
+double bt_predictor_predict(const bt_predictor *p, const char *device, const bt_layer *l, int batch,
+                            bt_pass pass) {
+  int k = bt_predictor_device(p, device);
+  return k < 0 ? -1.0 : bt_predictor_predict_dev(p, k, l, batch, pass);
+}
+
+/* ---- model file ---------------------------------------------------------------- */
+
+static void put_vec(FILE *f, const char *key, const double *v, int n) {
+  fprintf(f, "%s", key);
+  for (int i = 0; i < n; i++)
+    fprintf(f, " %.17g", v[i]);
+  fprintf(f, "\n");
+}
+
+int bt_predictor_save(const bt_predictor *p, const char *path, bt_err *err) {
+  FILE *f = fopen(path, "w");
+  if (!f)
+    return bt_err_set(err, "%s: cannot write the predictor file", path);
+  fprintf(f, "%s %d\n", BT_PREDICTOR_FORMAT, BT_PREDICTOR_VERSION);
+  fprintf(f, "options %.17g %.17g %.17g %.17g %d\n", p->opt.sigma, p->opt.forget, p->opt.process,
+          p->opt.ridge, p->opt.linear_head);
+  fprintf(f, "host %.17g %.17g\n", p->hostr.sgemm_gflops, p->hostr.mem_gbs);
+  put_vec(f, "resid", p->resid_corr, 2);
+  for (int g = 0; g < N_GROUPS; g++)
+    for (int pass = 0; pass < 2; pass++) {
+      const reg *r = &p->hr[g][pass];
+      fprintf(f, "reg %d %d %d %d %.17g %.17g\n", g, pass, r->nf, r->fitted, r->ylo, r->yhi);
+      put_vec(f, " mean", r->mean, r->nf);
+      put_vec(f, " sd", r->sd, r->nf);
+      put_vec(f, " beta", r->beta, r->nf + 1);
+      fprintf(f, " knn %d\n", r->nk);
+      for (int i = 0; i < r->nk; i++) {
+        for (int j = 0; j < r->nf; j++)
+          fprintf(f, " %.6g", (double)r->kx[(size_t)i * r->nf + j]);
+        fprintf(f, " %.6g\n", (double)r->kr[i]);
+      }
+    }
+  put_vec(f, "prior_mu", p->mu, NP);
+  put_vec(f, "prior_cov", p->cov, NP * NP);
+  put_vec(f, "prior_mu_raw", p->mu_raw, NP);
+  fprintf(f, "devices %d\n", p->n_dev);
+  for (int k = 0; k < p->n_dev; k++) {
+    fprintf(f, "device %s %ld %d\n", p->dev[k].name, p->dev[k].n_obs, p->dev[k].raw);
+    put_vec(f, " theta", p->dev[k].th, NP);
+    put_vec(f, " cov", p->dev[k].P, NP * NP);
+  }
+  int bad = ferror(f);
+  if (fclose(f) != 0 || bad)
+    return bt_err_set(err, "%s: writing the predictor file failed", path);
+  return 0;
+}
+
+static int get_vec(FILE *f, const char *key, double *v, int n) {
+  char k[32];
+  if (fscanf(f, " %31s", k) != 1 || strcmp(k, key) != 0)
+    return -1;
+  for (int i = 0; i < n; i++)
+    if (fscanf(f, " %lf", &v[i]) != 1 || !isfinite(v[i]))
+      return -1;
+  return 0;
+}
+
+int bt_predictor_load(const char *path, bt_predictor **out, bt_err *err) {
+  *out = NULL;
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return bt_err_set(err, "%s: no such predictor file (fit one with 'baton predictor fit')",
+                      path);
+  bt_predictor *p = calloc(1, sizeof *p);
+  char fmt[32] = "";
+  int ver = 0, ok = p != NULL;
+  ok = ok && fscanf(f, " %31s %d", fmt, &ver) == 2 && strcmp(fmt, BT_PREDICTOR_FORMAT) == 0 &&
+       ver == BT_PREDICTOR_VERSION;
+  ok = ok && fscanf(f, " options %lf %lf %lf %lf %d", &p->opt.sigma, &p->opt.forget,
+                    &p->opt.process, &p->opt.ridge, &p->opt.linear_head) == 5;
+  ok = ok && p->opt.sigma > 0 && p->opt.forget > 0 && p->opt.forget <= 1 && p->opt.process >= 0;
+  ok = ok && fscanf(f, " host %lf %lf", &p->hostr.sgemm_gflops, &p->hostr.mem_gbs) == 2;
+  ok = ok && bt_host_as_device(&p->hostr, &p->host, err) == 0;
+  ok = ok && get_vec(f, "resid", p->resid_corr, 2) == 0 && p->resid_corr[0] > 0 &&
+       p->resid_corr[1] > 0;
+  for (int i = 0; ok && i < 2 * N_GROUPS; i++) {
+    int g, pass, nf, fitted;
+    double ylo = 0, yhi = 0;
+    ok = fscanf(f, " reg %d %d %d %d %lf %lf", &g, &pass, &nf, &fitted, &ylo, &yhi) == 6 &&
+         g >= 0 && g < N_GROUPS && isfinite(ylo) && isfinite(yhi) &&
+         pass >= 0 && pass < 2 && nf >= 0 && nf < MAXF;
+    if (!ok)
+      break;
+    reg *r = &p->hr[g][pass];
+    r->nf = nf;
+    r->fitted = fitted != 0;
+    r->ylo = ylo, r->yhi = yhi;
+    ok = get_vec(f, "mean", r->mean, nf) == 0 && get_vec(f, "sd", r->sd, nf) == 0 &&
+         get_vec(f, "beta", r->beta, nf + 1) == 0;
+    for (int j = 0; ok && j < nf; j++)
+      ok = r->sd[j] > 0;
+    int nk = -1;
+    ok = ok && fscanf(f, " knn %d", &nk) == 1 && nk >= 0 && nk < 1000000;
+    if (ok && nk > 0) {
+      r->kx = malloc((size_t)nk * (nf + 1) * sizeof *r->kx);
+      r->kr = malloc((size_t)nk * sizeof *r->kr);
+      ok = r->kx && r->kr;
+      for (int q = 0; ok && q < nk; q++) {
+        for (int j = 0; ok && j < nf; j++)
+          ok = fscanf(f, " %f", &r->kx[(size_t)q * nf + j]) == 1 &&
+               isfinite(r->kx[(size_t)q * nf + j]);
+        ok = ok && fscanf(f, " %f", &r->kr[q]) == 1 && isfinite(r->kr[q]);
+      }
+      r->nk = ok ? nk : 0;
+    }
+  }
+  ok = ok && get_vec(f, "prior_mu", p->mu, NP) == 0 && get_vec(f, "prior_cov", p->cov, NP * NP) == 0 &&
+       get_vec(f, "prior_mu_raw", p->mu_raw, NP) == 0;
+  ok = ok && fscanf(f, " devices %d", &p->n_dev) == 1 && p->n_dev >= 0 &&
+       p->n_dev <= BT_PRED_DEVICES_MAX;
+  for (int k = 0; ok && k < p->n_dev; k++) {
+    ok = fscanf(f, " device %63s %ld %d", p->dev[k].name, &p->dev[k].n_obs, &p->dev[k].raw) == 3 &&
+         get_vec(f, "theta", p->dev[k].th, NP) == 0 && get_vec(f, "cov", p->dev[k].P, NP * NP) == 0;
+  }
+  fclose(f);
+  if (!ok) {
+    bt_predictor_free(p);
+    return bt_err_set(err, "%s: not a valid baton predictor file (corrupt, truncated or another "
+                           "version); refit it with 'baton predictor fit'", path);
+  }
+  *out = p;
+  return 0;
+}

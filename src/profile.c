@@ -1,0 +1,801 @@
+/* profile: corpus, timing and HDF5 files of layer latencies; see
+ * include/baton/profile.h. HDF5's openmpi flavour pulls mpi.h in through
+ * hdf5.h; only the serial API is used (as in runlog.c). */
+#include "baton/profile.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <hdf5.h>
+
+#include "baton/gemm.h"
+#include "baton/model.h"
+#include "baton/rng.h"
+
+/* ---- layer specs ---------------------------------------------------------- */
+
+static int appendf(char *buf, size_t len, size_t *at, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int appendf(char *buf, size_t len, size_t *at, const char *fmt, ...) {
+  if (*at >= len)
+    return -1;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf + *at, len - *at, fmt, ap);
+  va_end(ap);
+  if (n < 0 || (size_t)n >= len - *at)
+    return -1;
+  *at += (size_t)n;
+  return 0;
+}
+
+static int format_rec(const bt_layer *l, int top, char *buf, size_t len, size_t *at) {
+  if (appendf(buf, len, at, "%s", bt_layer_kind_name(l->kind)) < 0)
+    return -1;
+  if (top && appendf(buf, len, at, "@%dx%dx%d", l->in.h, l->in.w, l->in.c) < 0)
+    return -1;
+  switch (l->kind) {
+  case BT_CONV2D:
+    return appendf(buf, len, at, ":out=%d,k=%dx%d,s=%d,p=%d", l->units, l->kh, l->kw, l->stride,
+                   l->pad);
+  case BT_DWCONV2D:
+  case BT_MAXPOOL:
+  case BT_AVGPOOL:
+    return appendf(buf, len, at, ":k=%dx%d,s=%d,p=%d", l->kh, l->kw, l->stride, l->pad);
+  case BT_DENSE:
+    return appendf(buf, len, at, ":units=%d", l->units);
+  case BT_DROPOUT:
+    return appendf(buf, len, at, ":p=%g", (double)l->p);
+  case BT_RESIDUAL:
+    if (appendf(buf, len, at, ":post=%d{", l->post_relu ? 1 : 0) < 0)
+      return -1;
+    for (int j = 0; j < l->n_body + l->n_short; j++) {
+      const char *sep = j == 0 ? "" : j == l->n_body ? "|" : ";";
+      if (appendf(buf, len, at, "%s", sep) < 0 || format_rec(&l->sub[j], 0, buf, len, at) < 0)
+        return -1;
+    }
+    if (l->n_body + l->n_short > 0 && l->n_short == 0 && appendf(buf, len, at, "|") < 0)
+      return -1;
+    return appendf(buf, len, at, "}");
+  default:
+    return 0;
+  }
+}
+
+int bt_layer_spec_format(const bt_layer *l, char *buf, size_t len) {
+  size_t at = 0;
+  if (len == 0)
+    return -1;
+  buf[0] = '\0';
+  return format_rec(l, 1, buf, len, &at) < 0 ? -1 : (int)at;
+}
+
+typedef struct spec_parser {
+  const char *s, *p;
+  bt_err *err;
+} spec_parser;
+
+static int spec_fail(spec_parser *q, const char *what) {
+  return bt_err_set(q->err, "layer spec '%.200s': %s at column %d", q->s, what,
+                    (int)(q->p - q->s) + 1);
+}
+
+static int parse_int(spec_parser *q, int *v) {
+  char *end;
+  long x = strtol(q->p, &end, 10);
+  if (end == q->p || x < 0 || x > 1000000)
+    return spec_fail(q, "expected a non-negative integer");
+  *v = (int)x;
+  q->p = end;
+  return 0;
+}
+
+static int parse_rec(spec_parser *q, int top, bt_layer *out) {
+  char kind[32];
+  int n = 0;
+  while ((isalnum((unsigned char)*q->p) || *q->p == '_') && n < 31)
+    kind[n++] = *q->p++;
+  kind[n] = '\0';
+  int k = bt_layer_kind_parse(kind);
+  if (k < 0)
+    return spec_fail(q, "unknown layer kind");
+  bt_layer l;
+  memset(&l, 0, sizeof l);
+  l.kind = (bt_layer_kind)k;
+  l.stride = 1;
+  if (*q->p == '@') {
+    q->p++;
+    if (parse_int(q, &l.in.h) < 0 || *q->p++ != 'x' || parse_int(q, &l.in.w) < 0 ||
+        *q->p++ != 'x' || parse_int(q, &l.in.c) < 0)
+      return spec_fail(q, "expected @HxWxC");
+  } else if (top) {
+    return spec_fail(q, "expected @HxWxC after the kind");
+  }
+  if (*q->p == ':') {
+    q->p++;
+    for (;;) {
+      char key[16];
+      n = 0;
+      while (isalpha((unsigned char)*q->p) && n < 15)
+        key[n++] = *q->p++;
+      key[n] = '\0';
+      if (*q->p++ != '=')
+        return spec_fail(q, "expected key=value");
+      if (strcmp(key, "out") == 0 || strcmp(key, "units") == 0) {
+        if (parse_int(q, &l.units) < 0)
+          return -1;
+      } else if (strcmp(key, "k") == 0) {
+        if (parse_int(q, &l.kh) < 0 || *q->p++ != 'x' || parse_int(q, &l.kw) < 0)
+          return spec_fail(q, "expected k=HxW");
+      } else if (strcmp(key, "s") == 0) {
+        if (parse_int(q, &l.stride) < 0)
+          return -1;
+      } else if (strcmp(key, "p") == 0 && l.kind == BT_DROPOUT) {
+        char *end;
+        double v = strtod(q->p, &end);
+        if (end == q->p || !(v >= 0 && v < 1))
+          return spec_fail(q, "dropout p must be in [0, 1)");
+        l.p = (float)v;
+        q->p = end;
+      } else if (strcmp(key, "p") == 0) {
+        if (parse_int(q, &l.pad) < 0)
+          return -1;
+      } else if (strcmp(key, "post") == 0) {
+        if (parse_int(q, &l.post_relu) < 0)
+          return -1;
+      } else {
+        return spec_fail(q, "unknown key");
+      }
+      if (*q->p != ',')
+        break;
+      q->p++;
+    }
+  }
+  if (l.kind == BT_RESIDUAL) {
+    if (*q->p++ != '{')
+      return spec_fail(q, "a residual needs {body|shortcut}");
+    bt_layer subs[32];
+    int ns = 0, nbody = -1;
+    while (*q->p != '}') {
+      if (*q->p == '|') {
+        if (nbody >= 0)
+          return spec_fail(q, "two '|' in one residual");
+        nbody = ns;
+        q->p++;
+        continue;
+      }
+      if (ns == 32)
+        return spec_fail(q, "more than 32 sub-layers");
+      if (parse_rec(q, 0, &subs[ns]) < 0) {
+        for (int j = 0; j < ns; j++)
+          bt_layer_release(&subs[j]);
+        return -1;
+      }
+      ns++;
+      if (*q->p == ';')
+        q->p++;
+      else if (*q->p != '|' && *q->p != '}') {
+        for (int j = 0; j < ns; j++)
+          bt_layer_release(&subs[j]);
+        return spec_fail(q, "expected ';', '|' or '}'");
+      }
+    }
+    q->p++;
+    if (nbody < 0)
+      nbody = ns;
+    bt_layer r = bt_residual(subs, nbody, subs + nbody, ns - nbody, l.post_relu);
+    r.in = l.in;
+    l = r;
+  }
+  *out = l;
+  return 0;
+}
+
+int bt_layer_spec_parse(const char *spec, bt_layer *out, bt_err *err) {
+  spec_parser q = {spec, spec, err};
+  memset(out, 0, sizeof *out);
+  if (parse_rec(&q, 1, out) < 0)
+    return -1;
+  if (*q.p != '\0') {
+    bt_layer_release(out);
+    return spec_fail(&q, "trailing characters");
+  }
+  char where[300];
+  snprintf(where, sizeof where, "layer spec '%.200s'", spec);
+  if (bt_layer_finalize(out, where, err) < 0) {
+    bt_layer_release(out);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- the corpus ---------------------------------------------------------- */
+
+int bt_profile_add(bt_profile *p, bt_layer l, int batch, const char *source, bt_err *err) {
+  char spec[BT_LAYER_SPEC_MAX];
+  if (bt_layer_finalize(&l, "profile layer", err) < 0 ||
+      bt_layer_spec_format(&l, spec, sizeof spec) < 0) {
+    bt_layer_release(&l);
+    return err && err->msg[0] ? -1 : bt_err_set(err, "layer spec too long");
+  }
+  for (int i = 0; i < p->n; i++)
+    if (p->e[i].batch == batch && strcmp(p->e[i].spec, spec) == 0) {
+      bt_layer_release(&l);
+      return 0;
+    }
+  if (p->n == p->cap) {
+    int cap = p->cap ? 2 * p->cap : 256;
+    bt_profile_entry *g = realloc(p->e, (size_t)cap * sizeof *g);
+    if (!g) {
+      bt_layer_release(&l);
+      return bt_err_set(err, "out of memory");
+    }
+    p->e = g;
+    p->cap = cap;
+  }
+  bt_profile_entry *e = &p->e[p->n++];
+  memset(e, 0, sizeof *e);
+  e->layer = l;
+  e->batch = batch;
+  snprintf(e->spec, sizeof e->spec, "%s", spec);
+  snprintf(e->source, sizeof e->source, "%s", source);
+  e->host_fwd = e->host_bwd = e->fwd = e->bwd = NAN;
+  return 1;
+}
+
+static int pick(bt_rng *r, const int *v, int n) { return v[bt_rng_u64(r) % (uint64_t)n]; }
+#define PICK(r, arr) pick((r), (arr), (int)(sizeof(arr) / sizeof(arr)[0]))
+
+static double fwd_flops(const bt_layer *l, int batch) { return bt_layer_flops_fwd(l) * batch; }
+
+/* Keeps host times of one layer within a few tens of milliseconds. */
+static int affordable(bt_layer *l, int batch) {
+  bt_err e;
+  if (bt_layer_finalize(l, "x", &e) < 0)
+    return 0;
+  double elems = (double)bt_shape_elems(l->in) * batch + (double)bt_shape_elems(l->out) * batch;
+  return fwd_flops(l, batch) <= 4e8 && elems <= 6e6 && l->out.h >= 1;
+}
+
+static bt_layer random_layer(bt_rng *r, int kind_slot, int *batch) {
+  static const int batches[] = {1, 2, 4, 8, 16, 32};
+  static const int chans[] = {3, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
+  static const int spat[] = {4, 7, 8, 14, 16, 28, 32};
+  static const int ks[] = {1, 3, 3, 5};
+  static const int strides[] = {1, 1, 2};
+  for (;;) {
+    *batch = PICK(r, batches);
+    const int s = PICK(r, spat), c = PICK(r, chans);
+    bt_layer l;
+    switch (kind_slot) {
+    case 0: { /* conv */
+      const int k = PICK(r, ks), st = PICK(r, strides);
+      l = bt_conv2d(PICK(r, chans), k, st, k / 2);
+      break;
+    }
+    case 1: {
+      static const int dk[] = {3, 3, 5};
+      const int k = PICK(r, dk);
+      l = bt_dwconv2d(k, PICK(r, strides), k / 2);
+      break;
+    }
+    case 2: {
+      static const int units[] = {10, 32, 64, 100, 128, 256, 512, 1024, 2048, 4096};
+      l = bt_dense(PICK(r, units));
+      const int in = PICK(r, units);
+      l.in = (bt_shape){1, 1, in < 16 ? 64 : in};
+      if (!affordable(&l, *batch))
+        continue;
+      return l;
+    }
+    case 3: {
+      static const int pk[] = {2, 3};
+      const int k = PICK(r, pk);
+      const int v = (int)(bt_rng_u64(r) % 3);
+      l = v == 0 ? bt_maxpool(k, 2, k == 3) : v == 1 ? bt_avgpool(2, 2, 0) : bt_global_avgpool();
+      break;
+    }
+    case 4:
+      l = bt_batchnorm();
+      break;
+    case 5: {
+      const int v = (int)(bt_rng_u64(r) % 4);
+      l = v == 0 ? bt_relu6() : v == 1 ? bt_dropout(0.5f) : bt_relu();
+      break;
+    }
+    default: { /* residual: basic block (optionally projecting) or inverted residual */
+      const int v = (int)(bt_rng_u64(r) % 3);
+      if (c < 8)
+        continue;
+      if (v < 2) {
+        const int proj = v == 1, out = proj ? 2 * c : c, st = proj ? 2 : 1;
+        bt_layer body[] = {bt_conv2d(out, 3, st, 1), bt_batchnorm(), bt_relu(),
+                           bt_conv2d(out, 3, 1, 1), bt_batchnorm()};
+        bt_layer sc[] = {bt_conv2d(out, 1, st, 0), bt_batchnorm()};
+        l = bt_residual(body, 5, sc, proj ? 2 : 0, 1);
+      } else {
+        const int e = 6 * c;
+        bt_layer body[] = {bt_conv2d(e, 1, 1, 0), bt_batchnorm(),   bt_relu6(),
+                           bt_dwconv2d(3, 1, 1),  bt_batchnorm(),   bt_relu6(),
+                           bt_conv2d(c, 1, 1, 0), bt_batchnorm()};
+        l = bt_residual(body, 8, NULL, 0, 0);
+      }
+    }
+    }
+    l.in = (bt_shape){s, s, kind_slot == 0 && bt_rng_u64(r) % 5 == 0 ? 3 : c};
+    if (affordable(&l, *batch))
+      return l;
+    bt_layer_release(&l);
+  }
+}
+
+int bt_profile_corpus(bt_profile *p, uint64_t seed, int n_random, bt_err *err) {
+  /* The probe set first: held-out devices adapt from these rows. */
+  if (bt_profile_probe_set(p, err) < 0)
+    return -1;
+  bt_rng r;
+  bt_rng_seed(&r, seed, 0x9f0f11e);
+  /* Shares of kinds: convolutions vary most, so they get the most samples. */
+  static const int slots[] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6};
+  for (int i = 0, tries = 0; i < n_random && tries < 50 * n_random; tries++) {
+    int batch;
+    bt_layer l = random_layer(&r, PICK(&r, slots), &batch);
+    int rc = bt_profile_add(p, l, batch, "random", err);
+    if (rc < 0)
+      return -1;
+    i += rc;
+  }
+  static const struct {
+    const char *name;
+    bt_shape in;
+    int two_batches;
+  } zoo[] = {{"mlp", {28, 28, 1}, 1},       {"lenet5", {28, 28, 1}, 1},
+             {"vgg11", {32, 32, 3}, 1},     {"vgg16", {32, 32, 3}, 0},
+             {"resnet18", {32, 32, 3}, 1},  {"mobilenetv2", {32, 32, 3}, 1}};
+  for (size_t z = 0; z < sizeof zoo / sizeof *zoo; z++) {
+    bt_model m;
+    if (bt_zoo_build(zoo[z].name, zoo[z].in, 10, &m, err) < 0)
+      return -1;
+    for (int b = 0; b < 1 + zoo[z].two_batches; b++)
+      for (int i = 0; i < m.n_layers; i++) {
+        char spec[BT_LAYER_SPEC_MAX];
+        bt_layer copy;
+        if (bt_layer_spec_format(&m.layers[i], spec, sizeof spec) < 0 ||
+            bt_layer_spec_parse(spec, &copy, err) < 0 ||
+            bt_profile_add(p, copy, b ? 32 : 8, zoo[z].name, err) < 0) {
+          bt_model_free(&m);
+          return err && err->msg[0] ? -1 : bt_err_set(err, "zoo layer spec too long");
+        }
+      }
+    bt_model_free(&m);
+  }
+  return 0;
+}
+
+int bt_profile_probe_set(bt_profile *p, bt_err *err) {
+  /* conv rate; conv fill-up + overhead; depthwise; dense rate; dense at batch
+   * 1 (bandwidth roof); large ReLU (DRAM bandwidth); small ReLU (cache and
+   * overhead); batch-norm; max-pool; one residual block (composition). */
+  struct {
+    bt_layer l;
+    int in_h, in_c, batch;
+  } probes[10] = {
+      {bt_conv2d(64, 3, 1, 1), 16, 64, 16}, {bt_conv2d(16, 3, 2, 1), 8, 16, 2},
+      {bt_dwconv2d(3, 1, 1), 16, 96, 16},   {bt_dense(1024), 1, 1024, 32},
+      {bt_dense(512), 1, 2048, 1},          {bt_relu(), 32, 64, 32},
+      {bt_relu(), 8, 16, 2},                {bt_batchnorm(), 16, 64, 16},
+      {bt_maxpool(2, 2, 0), 16, 32, 8},     {bt_relu6(), 16, 32, 4},
+  };
+  for (int i = 0; i < 10; i++) {
+    probes[i].l.in = (bt_shape){probes[i].in_h, probes[i].in_h, probes[i].in_c};
+    if (bt_profile_add(p, probes[i].l, probes[i].batch, "probe", err) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+/* ---- timing ---------------------------------------------------------------- */
+
+static double now_s(int wall) {
+  struct timespec ts;
+  clock_gettime(wall ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void bt_profile_host_rates(bt_host_rates *h, int wall) {
+  memset(h, 0, sizeof *h);
+  const int n = 384;
+  float *a = calloc((size_t)n * n, sizeof(float)), *b = calloc((size_t)n * n, sizeof(float));
+  float *c = calloc((size_t)n * n, sizeof(float));
+  double best = INFINITY;
+  for (int r = 0; r < 20 && a && b && c; r++) {
+    double t0 = now_s(wall);
+    bt_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    best = fmin(best, now_s(wall) - t0);
+  }
+  h->sgemm_gflops = 2.0 * n * n * (double)n / best / 1e9;
+  const size_t bytes = (size_t)16 << 20;
+  char *src = malloc(bytes), *dst = malloc(bytes);
+  best = INFINITY;
+  for (int r = 0; r < 16 && src && dst; r++) {
+    memset(src, r, bytes);
+    double t0 = now_s(wall);
+    memcpy(dst, src, bytes);
+    best = fmin(best, now_s(wall) - t0);
+  }
+  h->mem_gbs = 2.0 * (double)bytes / best / 1e9;
+  free(a), free(b), free(c), free(src), free(dst);
+}
+
+static void *falloc(size_t floats) {
+  size_t bytes = ((floats + 16) * sizeof(float) + 63) & ~(size_t)63;
+  float *f = aligned_alloc(64, bytes);
+  if (f)
+    memset(f, 0, bytes);
+  return f;
+}
+
+/* Minimum forward and backward seconds of `repeats` runs after a warm-up; a
+ * layer whose two smallest runs disagree by > 5% gets up to 3 more rounds. */
+static int time_layer(bt_profile_entry *e, int repeats, int wall, bt_err *err) {
+  const bt_layer *l = &e->layer;
+  const int B = e->batch;
+  const size_t nin = bt_shape_elems(l->in) * B, nout = bt_shape_elems(l->out) * B;
+  const size_t naux = bt_layer_aux_floats(l, B), nws = bt_layer_ws_floats(l, B);
+  float *P = falloc(l->n_params), *S = falloc(l->n_state), *in = falloc(nin);
+  float *out = falloc(nout), *aux = falloc(naux), *ws = falloc(nws), *dout = falloc(nout);
+  float *din = falloc(nin), *dP = falloc(l->n_params);
+  int32_t *labels = calloc((size_t)B, sizeof(int32_t));
+  int rc = 0;
+  if (!P || !S || !in || !out || !aux || !ws || !dout || !din || !dP || !labels) {
+    rc = bt_err_set(err, "out of memory timing %s", e->spec);
+    goto done;
+  }
+  bt_layer_init(l, P, S, 7);
+  bt_rng r;
+  bt_rng_seed(&r, 11, 0x11);
+  for (size_t i = 0; i < nin; i++)
+    in[i] = bt_rng_normal(&r);
+  for (size_t i = 0; i < nout; i++)
+    dout[i] = 1e-3f * bt_rng_normal(&r);
+  double f1 = INFINITY, f2 = INFINITY, b1 = INFINITY, b2 = INFINITY;
+  for (int round = 0; round < 4; round++) {
+    for (int k = round == 0 ? -1 : 0; k < repeats; k++) {
+      bt_exec x = {.training = 1,
+                   .seed = 1,
+                   .ws = ws,
+                   .ws_floats = nws,
+                   .labels = labels,
+                   .loss_scale = 1.0f / (float)B};
+      double t0 = now_s(wall);
+      bt_layer_forward(l, P, S, in, out, aux, B, &x);
+      double t1 = now_s(wall);
+      bt_layer_backward(l, P, in, out, aux, dout, din, dP, B, &x);
+      double t2 = now_s(wall);
+      if (k < 0)
+        continue;
+      double f = t1 - t0, b = t2 - t1;
+      if (f < f1)
+        f2 = f1, f1 = f;
+      else if (f < f2)
+        f2 = f;
+      if (b < b1)
+        b2 = b1, b1 = b;
+      else if (b < b2)
+        b2 = b;
+    }
+    e->spread = repeats > 1 ? fmax((f2 - f1) / f1, (b2 - b1) / b1) : 0;
+    if (e->spread <= 0.05)
+      break;
+  }
+  e->host_fwd = f1 > 0 ? f1 : 1e-9;
+  e->host_bwd = b1 > 0 ? b1 : 1e-9;
+done:
+  free(P), free(S), free(in), free(out), free(aux), free(ws), free(dout), free(din), free(dP);
+  free(labels);
+  return rc;
+}
+
+int bt_profile_measure(bt_profile *p, const bt_device *dev, const bt_device *host, int repeats,
+                       int wall, bt_profile_progress progress, void *ctx, bt_err *err) {
+  if (repeats < 1)
+    return bt_err_set(err, "repeats must be >= 1 (got %d)", repeats);
+  p->repeats = repeats;
+  snprintf(p->clock, sizeof p->clock, "%s", wall ? "wall" : "thread");
+  snprintf(p->device, sizeof p->device, "%s", dev ? dev->name : "host");
+  for (int i = 0; i < p->n; i++) {
+    bt_profile_entry *e = &p->e[i];
+    if (time_layer(e, repeats, wall, err) < 0)
+      return -1;
+    if (dev) {
+      e->fwd = bt_device_layer_mapped(dev, host, &e->layer, e->batch, BT_PASS_FWD, e->host_fwd, 0)
+                   .total;
+      e->bwd = bt_device_layer_mapped(dev, host, &e->layer, e->batch, BT_PASS_BWD, e->host_bwd, 0)
+                   .total;
+    } else {
+      e->fwd = e->host_fwd;
+      e->bwd = e->host_bwd;
+    }
+    if (progress)
+      progress(ctx, i + 1, p->n);
+  }
+  return 0;
+}
+
+/* ---- HDF5 ------------------------------------------------------------------ */
+
+typedef struct quiet {
+  H5E_auto2_t fn;
+  void *data;
+} quiet;
+
+static quiet quiet_begin(void) {
+  quiet q;
+  H5Eget_auto2(H5E_DEFAULT, &q.fn, &q.data);
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  return q;
+}
+static void quiet_end(quiet q) { H5Eset_auto2(H5E_DEFAULT, q.fn, q.data); }
+
+static herr_t attr_str(hid_t loc, const char *name, const char *v) {
+  hid_t t = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t, H5T_VARIABLE);
+  H5Tset_cset(t, H5T_CSET_UTF8);
+  hid_t s = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(loc, name, t, s, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t rc = a < 0 ? -1 : H5Awrite(a, t, &v);
+  if (a >= 0)
+    H5Aclose(a);
+  H5Sclose(s);
+  H5Tclose(t);
+  return rc;
+}
+
+static herr_t attr_num(hid_t loc, const char *name, hid_t ftype, hid_t mtype, const void *v) {
+  hid_t s = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(loc, name, ftype, s, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t rc = a < 0 ? -1 : H5Awrite(a, mtype, v);
+  if (a >= 0)
+    H5Aclose(a);
+  H5Sclose(s);
+  return rc;
+}
+
+static herr_t write_ds(hid_t f, const char *name, hid_t ftype, hid_t mtype, hsize_t n,
+                       const void *data) {
+  hid_t s = H5Screate_simple(1, &n, NULL);
+  hid_t d = H5Dcreate2(f, name, ftype, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t rc = d < 0 ? -1 : H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+  if (d >= 0)
+    H5Dclose(d);
+  H5Sclose(s);
+  return rc;
+}
+
+int bt_profile_write(const bt_profile *p, const char *path, bt_err *err) {
+  const hsize_t n = (hsize_t)p->n;
+  quiet q = quiet_begin();
+  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (f < 0) {
+    quiet_end(q);
+    return bt_err_set(err, "%s: cannot create the profile file (directory missing or not "
+                           "writable?)", path);
+  }
+  double *v = malloc((n + 1) * sizeof(double) * 5);
+  int32_t *bi = malloc((n + 1) * sizeof(int32_t));
+  const char **specs = malloc((n + 1) * sizeof(char *)), **srcs = malloc((n + 1) * sizeof(char *));
+  herr_t rc = v && bi && specs && srcs ? 0 : -1;
+  const int32_t ver = BT_PROFILE_VERSION, thr = p->threads, rep = p->repeats;
+  const uint64_t seed = p->seed;
+  rc |= attr_str(f, "format", BT_PROFILE_FORMAT);
+  rc |= attr_num(f, "version", H5T_STD_I32LE, H5T_NATIVE_INT32, &ver);
+  rc |= attr_str(f, "device", p->device);
+  rc |= attr_str(f, "blis_arch", p->blis_arch);
+  rc |= attr_num(f, "threads", H5T_STD_I32LE, H5T_NATIVE_INT32, &thr);
+  rc |= attr_str(f, "clock", p->clock);
+  rc |= attr_num(f, "repeats", H5T_STD_I32LE, H5T_NATIVE_INT32, &rep);
+  rc |= attr_num(f, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &seed);
+  rc |= attr_num(f, "host_sgemm_gflops", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &p->host.sgemm_gflops);
+  rc |= attr_num(f, "host_mem_gbs", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &p->host.mem_gbs);
+  if (rc == 0) {
+    hid_t st = H5Tcopy(H5T_C_S1);
+    H5Tset_size(st, H5T_VARIABLE);
+    H5Tset_cset(st, H5T_CSET_UTF8);
+    for (int i = 0; i < p->n; i++) {
+      specs[i] = p->e[i].spec;
+      srcs[i] = p->e[i].source;
+      bi[i] = p->e[i].batch;
+    }
+    rc |= write_ds(f, "spec", st, st, n, specs);
+    rc |= write_ds(f, "source", st, st, n, srcs);
+    rc |= write_ds(f, "batch", H5T_STD_I32LE, H5T_NATIVE_INT32, n, bi);
+    H5Tclose(st);
+    static const char *names[] = {"host_fwd", "host_bwd", "fwd", "bwd", "spread"};
+    for (int k = 0; k < 5; k++) {
+      for (int i = 0; i < p->n; i++) {
+        const bt_profile_entry *e = &p->e[i];
+        const double x[] = {e->host_fwd, e->host_bwd, e->fwd, e->bwd, e->spread};
+        v[i] = x[k];
+      }
+      rc |= write_ds(f, names[k], H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, v);
+    }
+  }
+  free(v), free(bi), free(specs), free(srcs);
+  if (H5Fclose(f) < 0)
+    rc = -1;
+  quiet_end(q);
+  return rc < 0 ? bt_err_set(err, "%s: writing the profile failed", path) : 0;
+}
+
+static int read_attr_str(hid_t f, const char *name, char *buf, size_t len) {
+  hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+  if (a < 0)
+    return -1;
+  hid_t t = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t, H5T_VARIABLE);
+  H5Tset_cset(t, H5T_CSET_UTF8);
+  char *s = NULL;
+  int rc = H5Aread(a, t, &s) < 0 || !s ? -1 : 0;
+  if (rc == 0)
+    snprintf(buf, len, "%s", s);
+  if (s)
+    H5free_memory(s);
+  H5Tclose(t);
+  H5Aclose(a);
+  return rc;
+}
+
+static int read_attr(hid_t f, const char *name, hid_t mtype, void *v) {
+  hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+  if (a < 0)
+    return -1;
+  int rc = H5Aread(a, mtype, v) < 0 ? -1 : 0;
+  H5Aclose(a);
+  return rc;
+}
+
+/* Reads a 1-D dataset of exactly n rows (n < 0: learns n). */
+static int read_ds(hid_t f, const char *name, hid_t mtype, long *n, void **out, size_t elem) {
+  hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+  if (d < 0)
+    return -1;
+  hid_t s = H5Dget_space(d);
+  hsize_t dims[2] = {0, 0};
+  int rank = H5Sget_simple_extent_ndims(s);
+  int rc = -1;
+  if (rank == 1 && H5Sget_simple_extent_dims(s, dims, NULL) == 1 &&
+      (*n < 0 || (hsize_t)*n == dims[0]) && dims[0] < 10000000) {
+    *out = calloc(dims[0] + 1, elem);
+    if (*out && H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, *out) >= 0) {
+      *n = (long)dims[0];
+      rc = 0;
+    }
+  }
+  H5Sclose(s);
+  H5Dclose(d);
+  return rc;
+}
+
+int bt_profile_read(const char *path, bt_profile *p, bt_err *err) {
+  memset(p, 0, sizeof *p);
+  quiet q = quiet_begin();
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) {
+    quiet_end(q);
+    FILE *probe = fopen(path, "rb");
+    if (!probe)
+      return bt_err_set(err, "%s: no such profile file", path);
+    fclose(probe);
+    return bt_err_set(err, "%s: not an HDF5 file (corrupt or truncated?); regenerate it with "
+                           "'baton profile'", path);
+  }
+  char fmt[64] = "";
+  int32_t ver = 0, thr = 1, rep = 0;
+  int rc = 0;
+  if (read_attr_str(f, "format", fmt, sizeof fmt) < 0 || strcmp(fmt, BT_PROFILE_FORMAT) != 0)
+    rc = bt_err_set(err, "%s: not a baton profiling set (format attribute '%s', expected '%s')",
+                    path, fmt, BT_PROFILE_FORMAT);
+  else if (read_attr(f, "version", H5T_NATIVE_INT32, &ver) < 0 || ver != BT_PROFILE_VERSION)
+    rc = bt_err_set(err, "%s: profiling set version %d, this baton reads version %d", path,
+                    (int)ver, BT_PROFILE_VERSION);
+  else if (read_attr_str(f, "device", p->device, sizeof p->device) < 0 || !p->device[0] ||
+           read_attr(f, "host_sgemm_gflops", H5T_NATIVE_DOUBLE, &p->host.sgemm_gflops) < 0 ||
+           read_attr(f, "host_mem_gbs", H5T_NATIVE_DOUBLE, &p->host.mem_gbs) < 0)
+    rc = bt_err_set(err, "%s: missing device or host-rate attributes", path);
+  else if (!(p->host.sgemm_gflops > 0) || !isfinite(p->host.sgemm_gflops) ||
+           !(p->host.mem_gbs > 0) || !isfinite(p->host.mem_gbs))
+    rc = bt_err_set(err, "%s: host rates must be positive and finite (sgemm %g GFLOP/s, "
+                         "memory %g GB/s)", path, p->host.sgemm_gflops, p->host.mem_gbs);
+  if (rc == 0) {
+    read_attr_str(f, "blis_arch", p->blis_arch, sizeof p->blis_arch);
+    read_attr_str(f, "clock", p->clock, sizeof p->clock);
+    read_attr(f, "threads", H5T_NATIVE_INT32, &thr);
+    read_attr(f, "repeats", H5T_NATIVE_INT32, &rep);
+    read_attr(f, "seed", H5T_NATIVE_UINT64, &p->seed);
+    p->threads = thr;
+    p->repeats = rep;
+  }
+  long n = -1;
+  char **specs = NULL, **srcs = NULL;
+  int32_t *bi = NULL;
+  double *v[5] = {0};
+  static const char *names[] = {"host_fwd", "host_bwd", "fwd", "bwd", "spread"};
+  hid_t st = H5Tcopy(H5T_C_S1);
+  H5Tset_size(st, H5T_VARIABLE);
+  H5Tset_cset(st, H5T_CSET_UTF8);
+  if (rc == 0 && (read_ds(f, "spec", st, &n, (void **)&specs, sizeof(char *)) < 0 ||
+                  read_ds(f, "source", st, &n, (void **)&srcs, sizeof(char *)) < 0 ||
+                  read_ds(f, "batch", H5T_NATIVE_INT32, &n, (void **)&bi, sizeof(int32_t)) < 0))
+    rc = bt_err_set(err, "%s: datasets spec, source and batch must exist with one row per layer",
+                    path);
+  for (int k = 0; rc == 0 && k < 5; k++)
+    if (read_ds(f, names[k], H5T_NATIVE_DOUBLE, &n, (void **)&v[k], sizeof(double)) < 0)
+      rc = bt_err_set(err, "%s: dataset %s is missing or has another length than spec (%ld rows)",
+                      path, names[k], n);
+  if (rc == 0 && n == 0)
+    rc = bt_err_set(err, "%s: the profiling set has no layers", path);
+  for (long i = 0; rc == 0 && i < n; i++) {
+    if (!specs[i] || !srcs[i]) {
+      rc = bt_err_set(err, "%s: row %ld has no spec", path, i);
+      break;
+    }
+    for (int k = 0; k < 4; k++)
+      if (!(v[k][i] > 0) || !isfinite(v[k][i])) {
+        rc = bt_err_set(err, "%s: row %ld (%.200s): %s = %g; times must be positive and finite",
+                        path, i, specs[i], names[k], v[k][i]);
+        break;
+      }
+    if (rc == 0 && (bi[i] < 1 || bi[i] > 1 << 20))
+      rc = bt_err_set(err, "%s: row %ld: batch %d out of range", path, i, (int)bi[i]);
+    if (rc < 0)
+      break;
+    bt_layer l;
+    if (bt_layer_spec_parse(specs[i], &l, err) < 0) {
+      rc = bt_err_prefix(err, "%s: row %ld", path, i);
+      break;
+    }
+    int added = bt_profile_add(p, l, bi[i], srcs[i], err);
+    if (added < 0) {
+      rc = -1;
+      break;
+    }
+    if (added == 0) {
+      rc = bt_err_set(err, "%s: row %ld (%.200s, batch %d) repeats an earlier row", path, i,
+                      specs[i], (int)bi[i]);
+      break;
+    }
+    bt_profile_entry *e = &p->e[p->n - 1];
+    e->host_fwd = v[0][i], e->host_bwd = v[1][i], e->fwd = v[2][i], e->bwd = v[3][i];
+    e->spread = isfinite(v[4][i]) ? v[4][i] : 0;
+  }
+  if (specs) { /* variable-length strings were allocated by HDF5 */
+    for (long i = 0; i < n; i++)
+      if (specs[i])
+        H5free_memory(specs[i]);
+  }
+  if (srcs)
+    for (long i = 0; i < n; i++)
+      if (srcs[i])
+        H5free_memory(srcs[i]);
+  free(specs), free(srcs), free(bi);
+  for (int k = 0; k < 5; k++)
+    free(v[k]);
+  H5Tclose(st);
+  H5Fclose(f);
+  quiet_end(q);
+  if (rc < 0)
+    bt_profile_free(p);
+  return rc;
+}
+
+void bt_profile_free(bt_profile *p) {
+  for (int i = 0; i < p->n; i++)
+    bt_layer_release(&p->e[i].layer);
+  free(p->e);
+  memset(p, 0, sizeof *p);
+}

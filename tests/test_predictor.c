@@ -1,0 +1,365 @@
+/* Predictor and profiling sets: layer specs, HDF5 round trip and bad files,
+ * the head reproducing the device model, few-shot adaptation, online
+ * updates after a slowdown, model files, and predictions that are always
+ * finite and non-negative. Profiling sets here are synthetic (host times
+ * from the host model with a little deterministic scatter, device times
+ * through bt_device_layer_mapped), so the suite is fast and deterministic. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "baton/device.h"
+#include "baton/model.h"
+#include "baton/predictor.h"
+#include "baton/profile.h"
+
+#ifndef BT_SOURCE_ROOT
+#define BT_SOURCE_ROOT "."
+#endif
+#define DATA_DIR BT_SOURCE_ROOT "/data"
+
+static const char *const devs[] = {"jetson-nano", "jetson-tx2", "rpi4", "rpi5", "x86-laptop"};
+enum { N_DEVS = 5 };
+
+static double scatter(int i, int pass) { return 1.0 + 0.02 * sin(1.7 * i + 0.9 * pass); }
+
+/* A synthetic profiling set of `dev` (NULL: the host) over the corpus. */
+static void synth(bt_profile *p, const char *dev, int n_random) {
+  bt_err err = {{0}};
+  memset(p, 0, sizeof *p);
+  cr_assert_eq(bt_profile_corpus(p, 1, n_random, &err), 0, "%s", err.msg);
+  p->host.sgemm_gflops = 100;
+  p->host.mem_gbs = 20;
+  p->threads = 1;
+  snprintf(p->blis_arch, sizeof p->blis_arch, "skx");
+  snprintf(p->clock, sizeof p->clock, "thread");
+  bt_device host, d;
+  cr_assert_eq(bt_host_as_device(&p->host, &host, &err), 0);
+  if (dev)
+    cr_assert_eq(bt_device_find(dev, DATA_DIR, &d, &err), 0, "%s", err.msg);
+  snprintf(p->device, sizeof p->device, "%s", dev ? dev : "host");
+  for (int i = 0; i < p->n; i++) {
+    bt_profile_entry *e = &p->e[i];
+    e->host_fwd = bt_device_layer_analytic(&host, &e->layer, e->batch, BT_PASS_FWD, 0).total *
+                  scatter(i, 0);
+    e->host_bwd = bt_device_layer_analytic(&host, &e->layer, e->batch, BT_PASS_BWD, 0).total *
+                  scatter(i, 1);
+    e->fwd = dev ? bt_device_layer_mapped(&d, &host, &e->layer, e->batch, BT_PASS_FWD, e->host_fwd,
+                                          0)
+                       .total
+                 : e->host_fwd;
+    e->bwd = dev ? bt_device_layer_mapped(&d, &host, &e->layer, e->batch, BT_PASS_BWD, e->host_bwd,
+                                          0)
+                       .total
+                 : e->host_bwd;
+  }
+}
+
+static void tmp_path(char *buf, size_t len, const char *name) {
+  snprintf(buf, len, "/tmp/bt_pred_%d_%s", (int)getpid(), name);
+}
+
+Test(predictor, layer_specs_round_trip) {
+  const char *zoo[] = {"resnet18", "mobilenetv2", "vgg11", "lenet5"};
+  for (int z = 0; z < 4; z++) {
+    bt_model m;
+    bt_err err;
+    bt_shape in = z == 3 ? (bt_shape){28, 28, 1} : (bt_shape){32, 32, 3};
+    cr_assert_eq(bt_zoo_build(zoo[z], in, 10, &m, &err), 0, "%s", err.msg);
+    for (int i = 0; i < m.n_layers; i++) {
+      char a[BT_LAYER_SPEC_MAX], b[BT_LAYER_SPEC_MAX];
+      bt_layer l;
+      cr_assert_gt(bt_layer_spec_format(&m.layers[i], a, sizeof a), 0);
+      cr_assert_eq(bt_layer_spec_parse(a, &l, &err), 0, "%s: %s", a, err.msg);
+      cr_assert_gt(bt_layer_spec_format(&l, b, sizeof b), 0);
+      cr_assert_str_eq(a, b);
+      cr_assert_eq(l.n_params, m.layers[i].n_params);
+      cr_assert_eq(bt_shape_elems(l.out), bt_shape_elems(m.layers[i].out));
+      bt_layer_release(&l);
+    }
+    bt_model_free(&m);
+  }
+  bt_layer l;
+  bt_err err;
+  cr_assert_lt(bt_layer_spec_parse("conv2d:out=3,k=3x3,s=1,p=1", &l, &err), 0);
+  cr_assert(strstr(err.msg, "@HxWxC"), "%s", err.msg);
+  cr_assert_lt(bt_layer_spec_parse("bogus@4x4x4", &l, &err), 0);
+  cr_assert(strstr(err.msg, "unknown layer kind"), "%s", err.msg);
+  cr_assert_lt(bt_layer_spec_parse("conv2d@4x4x4:out=8,k=3x3,s=1,p=1,zz=3", &l, &err), 0);
+}
+
+Test(predictor, probe_set_is_small_and_cheap) {
+  bt_profile p;
+  memset(&p, 0, sizeof p);
+  bt_err err;
+  cr_assert_eq(bt_profile_probe_set(&p, &err), 0);
+  cr_assert_leq(p.n, 10);
+  /* Under 2 s of device time on the slowest shipped device, both passes. */
+  bt_device d;
+  cr_assert_eq(bt_device_find("rpi3bplus", DATA_DIR, &d, &err), 0, "%s", err.msg);
+  double t = 0;
+  for (int i = 0; i < p.n; i++)
+    t += bt_device_layer_analytic(&d, &p.e[i].layer, p.e[i].batch, BT_PASS_FWD, 0).total +
+         bt_device_layer_analytic(&d, &p.e[i].layer, p.e[i].batch, BT_PASS_BWD, 0).total;
+  cr_assert_lt(t, 2.0, "probe set takes %.2f s on rpi3bplus", t);
+  bt_profile_free(&p);
+}
+
+Test(predictor, profile_file_round_trip_and_bad_files) {
+  bt_profile p, q;
+  synth(&p, "rpi4", 20);
+  char path[256];
+  tmp_path(path, sizeof path, "set.h5");
+  bt_err err = {{0}};
+  cr_assert_eq(bt_profile_write(&p, path, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_profile_read(path, &q, &err), 0, "%s", err.msg);
+  cr_assert_eq(q.n, p.n);
+  cr_assert_str_eq(q.device, "rpi4");
+  for (int i = 0; i < p.n; i++) {
+    cr_assert_str_eq(q.e[i].spec, p.e[i].spec);
+    cr_assert_eq(q.e[i].batch, p.e[i].batch);
+    cr_assert_eq(q.e[i].fwd, p.e[i].fwd);
+    cr_assert_eq(q.e[i].host_bwd, p.e[i].host_bwd);
+  }
+  bt_profile_free(&q);
+  /* NaN and negative timings. */
+  double keep = p.e[3].fwd;
+  p.e[3].fwd = NAN;
+  cr_assert_eq(bt_profile_write(&p, path, &err), 0);
+  cr_assert_lt(bt_profile_read(path, &q, &err), 0);
+  cr_assert(strstr(err.msg, "row 3") && strstr(err.msg, "positive and finite"), "%s", err.msg);
+  p.e[3].fwd = -1e-3;
+  cr_assert_eq(bt_profile_write(&p, path, &err), 0);
+  cr_assert_lt(bt_profile_read(path, &q, &err), 0);
+  cr_assert(strstr(err.msg, "positive and finite"), "%s", err.msg);
+  p.e[3].fwd = keep;
+  /* A corrupt (truncated) file and a file that is not HDF5. */
+  cr_assert_eq(bt_profile_write(&p, path, &err), 0);
+  cr_assert_eq(truncate(path, 2000), 0);
+  cr_assert_lt(bt_profile_read(path, &q, &err), 0);
+  cr_assert(strstr(err.msg, path), "%s", err.msg);
+  FILE *f = fopen(path, "w");
+  fputs("not hdf5\n", f);
+  fclose(f);
+  cr_assert_lt(bt_profile_read(path, &q, &err), 0);
+  cr_assert(strstr(err.msg, "not an HDF5 file"), "%s", err.msg);
+  char missing[300];
+  snprintf(missing, sizeof missing, "%s.missing", path);
+  cr_assert_lt(bt_profile_read(missing, &q, &err), 0);
+  cr_assert(strstr(err.msg, "no such profile file"), "%s", err.msg);
+  unlink(path);
+  bt_profile_free(&p);
+}
+
+Test(predictor, mismatched_sets_are_an_error) {
+  bt_profile s[2];
+  synth(&s[0], "rpi4", 20);
+  synth(&s[1], "rpi5", 25);
+  bt_predictor *p;
+  bt_err err = {{0}};
+  cr_assert_lt(bt_predictor_fit(s, NULL, 2, NULL, NULL, &p, &err), 0);
+  cr_assert(strstr(err.msg, "different corpora"), "%s", err.msg);
+  bt_profile_free(&s[0]);
+  bt_profile_free(&s[1]);
+}
+
+typedef struct world {
+  bt_profile s[N_DEVS + 1];
+  const char *names[N_DEVS + 1];
+} world;
+
+static void make_world(world *w) {
+  for (int k = 0; k < N_DEVS; k++) {
+    synth(&w->s[k], devs[k], 60);
+    w->names[k] = devs[k];
+  }
+  synth(&w->s[N_DEVS], NULL, 60);
+  w->names[N_DEVS] = "host";
+}
+
+static void free_world(world *w) {
+  for (int k = 0; k <= N_DEVS; k++)
+    bt_profile_free(&w->s[k]);
+}
+
+/* Share of rows of set s whose predictions on dev are within tol. */
+static double within(const bt_predictor *p, int dev, const bt_profile *s, double tol) {
+  int ok = 0;
+  for (int i = 0; i < s->n; i++)
+    for (int pass = 0; pass < 2; pass++) {
+      double t = bt_predictor_predict_dev(p, dev, &s->e[i].layer, s->e[i].batch, pass);
+      double y = pass ? s->e[i].bwd : s->e[i].fwd;
+      ok += fabs(t - y) <= tol * y;
+    }
+  return (double)ok / (2.0 * s->n);
+}
+
+Test(predictor, fits_seen_devices_and_the_head_is_the_device_model) {
+  world w;
+  make_world(&w);
+  bt_predictor *p;
+  bt_err err = {{0}};
+  cr_assert_eq(bt_predictor_fit(w.s, w.names, N_DEVS + 1, NULL, NULL, &p, &err), 0, "%s",
+               err.msg);
+  for (int k = 0; k <= N_DEVS; k++) {
+    double share = within(p, k, &w.s[k], 0.10);
+    cr_assert_geq(share, 0.9, "%s: %.1f%% within 10%%", w.names[k], 100 * share);
+  }
+  /* Given the measured host time, the fitted head maps it as the device
+   * model does (the head has the device model's form). */
+  int ok = 0, n = 0;
+  const bt_profile *s = &w.s[0];
+  for (int i = 0; i < s->n; i++, n++) {
+    double t = bt_predictor_map_dev(p, 0, &s->e[i].layer, s->e[i].batch, BT_PASS_FWD,
+                                    s->e[i].host_fwd);
+    ok += fabs(t - s->e[i].fwd) <= 0.05 * s->e[i].fwd;
+  }
+  cr_assert_geq((double)ok / n, 0.95, "head vs device model: %d of %d within 5%%", ok, n);
+  bt_predictor_free(p);
+  free_world(&w);
+}
+
+Test(predictor, adapts_to_an_unseen_device_from_ten_probes) {
+  world w;
+  make_world(&w);
+  /* Hold out the Jetson Nano (index 0): fit on the others. */
+  bt_predictor *p;
+  bt_err err = {{0}};
+  cr_assert_eq(bt_predictor_fit(w.s + 1, w.names + 1, N_DEVS, NULL, NULL, &p, &err), 0, "%s",
+               err.msg);
+  cr_assert_eq(bt_predictor_device(p, "jetson-nano"), -1);
+  bt_pred_sample probes[20];
+  int np = 0;
+  for (int i = 0; i < w.s[0].n && np < 20; i++)
+    if (strcmp(w.s[0].e[i].source, "probe") == 0) {
+      const bt_profile_entry *e = &w.s[0].e[i];
+      probes[np++] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_FWD, e->fwd};
+      probes[np++] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_BWD, e->bwd};
+    }
+  cr_assert_eq(np, 20);
+  int d0 = bt_predictor_adapt(p, "jetson-nano", probes, 0, &err);
+  cr_assert_geq(d0, 0, "%s", err.msg);
+  double before = within(p, d0, &w.s[0], 0.10);
+  int d = bt_predictor_adapt(p, "jetson-nano", probes, np, &err);
+  cr_assert_eq(d, d0);
+  double after = within(p, d, &w.s[0], 0.10);
+  cr_assert_geq(after, 0.85, "after 10 probes: %.1f%% within 10%% (before %.1f%%)", 100 * after,
+                100 * before);
+  cr_assert_gt(after, before);
+  /* Bad samples: a clear error, the head untouched. */
+  probes[3].seconds = NAN;
+  cr_assert_lt(bt_predictor_adapt(p, "jetson-nano", probes, np, &err), 0);
+  cr_assert(strstr(err.msg, "positive and finite"), "%s", err.msg);
+  probes[3].seconds = -1;
+  cr_assert_lt(bt_predictor_update(p, "jetson-nano", probes, np, &err), 0);
+  cr_assert(strstr(err.msg, "sample 3"), "%s", err.msg);
+  cr_assert_eq(within(p, d, &w.s[0], 0.10), after);
+  bt_predictor_free(p);
+  free_world(&w);
+}
+
+Test(predictor, online_updates_follow_a_slowdown) {
+  world w;
+  make_world(&w);
+  bt_predictor *p;
+  bt_err err = {{0}};
+  cr_assert_eq(bt_predictor_fit(w.s, w.names, N_DEVS + 1, NULL, NULL, &p, &err), 0, "%s",
+               err.msg);
+  bt_device d, host;
+  cr_assert_eq(bt_device_find("rpi4", DATA_DIR, &d, &err), 0);
+  cr_assert_eq(bt_host_as_device(&w.s[2].host, &host, &err), 0);
+  d.n_throttle = 1;
+  d.throttle[0].after_iteration = 0;
+  for (int c = 0; c < BT_OP_CLASS_COUNT; c++)
+    d.throttle[0].factor[c] = c == BT_OP_CONV ? 2.0 : 1.3;
+  /* The zoo rows at batch 8 play the stage the runtime measures. */
+  bt_pred_sample s[1024];
+  int n = 0;
+  const bt_profile *set = &w.s[2];
+  for (int i = 0; i < set->n && n < 1024; i++)
+    if (set->e[i].batch == 8 && strcmp(set->e[i].source, "resnet18") == 0)
+      for (int pass = 0; pass < 2; pass++)
+        s[n++] = (bt_pred_sample){&set->e[i].layer, 8, pass,
+                                  bt_device_layer_mapped(&d, &host, &set->e[i].layer, 8, pass,
+                                                         pass ? set->e[i].host_bwd
+                                                              : set->e[i].host_fwd,
+                                                         0)
+                                      .total};
+  cr_assert_gt(n, 10);
+  /* One head per rank: a copy of the device's, followed on its own. */
+  const int dev = bt_predictor_clone_device(p, "rpi4", "rank2:rpi4", &err);
+  cr_assert_geq(dev, 0, "%s", err.msg);
+  const int orig = bt_predictor_device(p, "rpi4");
+  const double before = bt_predictor_predict_dev(p, orig, s[0].layer, 8, s[0].pass);
+  double err_sum[6];
+  for (int round = 0; round < 6; round++) {
+    double ps = 0, ts = 0;
+    for (int i = 0; i < n; i++) {
+      ps += bt_predictor_predict_dev(p, dev, s[i].layer, 8, s[i].pass);
+      ts += s[i].seconds;
+    }
+    err_sum[round] = fabs(ps - ts) / ts;
+    cr_assert_eq(bt_predictor_update(p, "rank2:rpi4", s, n, &err), 0, "%s", err.msg);
+  }
+  cr_assert_eq(bt_predictor_predict_dev(p, orig, s[0].layer, 8, s[0].pass), before);
+  cr_assert_gt(err_sum[0], 0.2, "the slowdown should show: %.3f", err_sum[0]);
+  cr_assert_lt(err_sum[5], 0.10, "stage error after 5 updates: %.3f", err_sum[5]);
+  bt_predictor_free(p);
+  free_world(&w);
+}
+
+Test(predictor, model_file_round_trip_and_bad_files) {
+  world w;
+  make_world(&w);
+  bt_predictor *p, *q;
+  bt_err err = {{0}};
+  cr_assert_eq(bt_predictor_fit(w.s, w.names, N_DEVS + 1, NULL, NULL, &p, &err), 0);
+  char path[256];
+  tmp_path(path, sizeof path, "model.txt");
+  cr_assert_eq(bt_predictor_save(p, path, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_predictor_load(path, &q, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_predictor_n_devices(q), N_DEVS + 1);
+  for (int i = 0; i < w.s[0].n; i += 7)
+    for (int k = 0; k <= N_DEVS; k++) {
+      double a = bt_predictor_predict(p, w.names[k], &w.s[0].e[i].layer, 8, BT_PASS_BWD);
+      double b = bt_predictor_predict(q, w.names[k], &w.s[0].e[i].layer, 8, BT_PASS_BWD);
+      cr_assert_leq(fabs(a - b), 1e-5 * a, "%g vs %g", a, b);
+    }
+  bt_predictor_free(q);
+  cr_assert_eq(truncate(path, 300), 0);
+  cr_assert_lt(bt_predictor_load(path, &q, &err), 0);
+  cr_assert(strstr(err.msg, "not a valid baton predictor file"), "%s", err.msg);
+  unlink(path);
+  bt_predictor_free(p);
+  free_world(&w);
+}
+
+Test(predictor, predictions_are_finite_and_non_negative) {
+  world w;
+  make_world(&w);
+  bt_predictor *p;
+  bt_err err = {{0}};
+  cr_assert_eq(bt_predictor_fit(w.s, w.names, N_DEVS + 1, NULL, NULL, &p, &err), 0);
+  bt_layer big = bt_conv2d(4096, 7, 1, 3);
+  big.in = (bt_shape){512, 512, 2048};
+  cr_assert_eq(bt_layer_finalize(&big, "big", &err), 0);
+  bt_layer tiny = bt_relu();
+  tiny.in = (bt_shape){1, 1, 1};
+  cr_assert_eq(bt_layer_finalize(&tiny, "tiny", &err), 0);
+  const int batches[] = {1, 7, 100000};
+  for (int k = 0; k <= N_DEVS; k++)
+    for (int b = 0; b < 3; b++)
+      for (int pass = 0; pass < 2; pass++) {
+        double t1 = bt_predictor_predict_dev(p, k, &big, batches[b], pass);
+        double t2 = bt_predictor_predict_dev(p, k, &tiny, batches[b], pass);
+        cr_assert(isfinite(t1) && t1 >= 0 && isfinite(t2) && t2 >= 0);
+      }
+  cr_assert_eq(bt_predictor_predict_dev(p, 0, &tiny, 0, BT_PASS_FWD), 0.0);
+  cr_assert_eq(bt_predictor_predict_dev(p, 99, &tiny, 1, BT_PASS_FWD), 0.0);
+  cr_assert_eq(bt_predictor_predict(p, "no-such-device", &tiny, 1, BT_PASS_FWD), -1.0);
+  bt_predictor_free(p);
+  free_world(&w);
+}
