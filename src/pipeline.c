@@ -8,7 +8,6 @@
 #include "baton/pipeline.h"
 
 #include "baton/codec.h"
-#include "baton/gemm.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -250,18 +249,7 @@ static int calibrate(bt_pipeline *p, bt_err *err) {
   s->layer_fwd_s = f;
   s->layer_bwd_s = b;
   s->timing_clock = CLOCK_THREAD_CPUTIME_ID;
-  enum { GEMM_N = 256 };
-  float *ga = calloc(GEMM_N * GEMM_N, sizeof(float)), *gb = calloc(GEMM_N * GEMM_N, sizeof(float));
-  float *gc = calloc(GEMM_N * GEMM_N, sizeof(float));
-  double gemm_best = INFINITY;
   for (int r = 0; r < p->cfg.calibration_repeats + 1; r++) { /* +1: warm-up */
-    if (ga && gb && gc) {
-      double g0 = thread_cpu_now();
-      bt_sgemm(false, false, GEMM_N, GEMM_N, GEMM_N, 1.0f, ga, GEMM_N, gb, GEMM_N, 0.0f, gc,
-               GEMM_N);
-      if (r > 0)
-        gemm_best = fmin(gemm_best, thread_cpu_now() - g0);
-    }
     memset(f, 0, n * sizeof(double));
     memset(b, 0, n * sizeof(double));
     bt_exec x = {.training = 1,
@@ -276,15 +264,6 @@ static int calibrate(bt_pipeline *p, bt_err *err) {
       p->cal_bwd[k] = fmin(p->cal_bwd[k], b[k]);
     }
   }
-  free(ga), free(gb), free(gc);
-  const double rate = 2.0 * GEMM_N * GEMM_N * GEMM_N / gemm_best / 1e9;
-  if (p->cfg.host_gemm_gflops > 0 && isfinite(rate) && rate > 0)
-    for (int k = 0; k < n; k++) {
-      p->cal_fwd[k] *= rate / p->cfg.host_gemm_gflops;
-      p->cal_bwd[k] *= rate / p->cfg.host_gemm_gflops;
-    }
-  if (getenv("BATON_DEBUG_CAL"))
-    fprintf(stderr, "rank %d calibration sgemm %.2f GFLOP/s\n", p->rank, rate);
   if (getenv("BATON_DEBUG_CAL")) {
     double tf = 0, tb = 0;
     for (int k = 0; k < n; k++)

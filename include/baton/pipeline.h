@@ -50,11 +50,6 @@ typedef struct bt_pipeline_config {
    * frame), measured as host_seconds; NULL = host time. */
   double (*codec_time)(void *ctx, double bytes, double host_seconds, long iteration);
   int calibration_repeats; /* per-layer calibration passes (min taken); 0 = none */
-  /* The host sgemm GFLOP/s the device mapping assumes (0: no correction).
-   * Calibration times a small sgemm beside the layers and scales the layer
-   * times by (rate it measured) / (this rate), so that a host running slower
-   * during calibration than when its rate was measured does not leak in. */
-  double host_gemm_gflops;
 } bt_pipeline_config;
 
 typedef struct bt_pipeline bt_pipeline;

@@ -265,7 +265,6 @@ static int setup_pipeline(run *r, bt_err *err) {
       link_params(r, r->rank - 1, &pc.link_prev, err) < 0)
     return -1;
   if (pc.clock != BT_CLOCK_NONE) {
-    pc.host_gemm_gflops = r->dev.host.rate[BT_OP_CONV];
     pc.device_time = device_time;
     pc.codec_time = codec_time;
     pc.device_ctx = &r->dev;
