@@ -57,6 +57,7 @@ void bt_predictor_default_options(bt_predictor_options *o) {
   o->process = 0.15;
   o->ridge = 0.3;
   o->linear_head = 0;
+  o->residual_memory = 0;
 }
 
 /* ---- features of the shared host-time model -------------------------------- */
@@ -623,7 +624,7 @@ int bt_predictor_fit(const bt_profile *sets, const char *const *names, int n_set
         memmove(X + (size_t)i * nf, X + (size_t)i * MAXF, (size_t)nf * sizeof *X);
       reg *r = &p->hr[g][pass];
       fit_reg(r, X, y, m, nf, p->opt.ridge);
-      if (r->fitted && m > 0) {
+      if (r->fitted && m > 0 && p->opt.residual_memory) {
         r->kx = malloc((size_t)m * nf * sizeof *r->kx);
         r->kr = malloc((size_t)m * sizeof *r->kr);
         if (r->kx && r->kr) {
@@ -883,6 +884,22 @@ double bt_predictor_predict_dev(const bt_predictor *p, int dev, const bt_layer *
   theta_device(p, p->dev[dev].th, &d);
   double t = head_time(p, &d, p->dev[dev].th, &s);
   return isfinite(t) && t >= 0 ? t : 0.0;
+}
+
+int bt_predictor_predict_all(const bt_predictor *p, const bt_layer *l, int batch, bt_pass pass,
+                             double *out) {
+  if (!p || !l || batch < 1 || !out)
+    return 0;
+  fsample s;
+  prep(p, l, batch, pass, 0, &s); /* the host time and ops, once for all heads */
+  for (int k = 0; k < p->n_dev; k++) {
+    bt_device d;
+    theta_device(p, p->dev[k].th, &d);
+    s.raw = p->dev[k].raw;
+    double t = head_time(p, &d, p->dev[k].th, &s);
+    out[k] = isfinite(t) && t >= 0 ? t : 0.0;
+  }
+  return p->n_dev;
 }
 
 double bt_predictor_map_dev(const bt_predictor *p, int dev, const bt_layer *l, int batch,

@@ -357,6 +357,10 @@ Test(predictor, predictions_are_finite_and_non_negative) {
         double t2 = bt_predictor_predict_dev(p, k, &tiny, batches[b], pass);
         cr_assert(isfinite(t1) && t1 >= 0 && isfinite(t2) && t2 >= 0);
       }
+  double all[BT_PRED_DEVICES_MAX];
+  cr_assert_eq(bt_predictor_predict_all(p, &tiny, 3, BT_PASS_BWD, all), N_DEVS + 1);
+  for (int k = 0; k <= N_DEVS; k++)
+    cr_assert_eq(all[k], bt_predictor_predict_dev(p, k, &tiny, 3, BT_PASS_BWD));
   cr_assert_eq(bt_predictor_predict_dev(p, 0, &tiny, 0, BT_PASS_FWD), 0.0);
   cr_assert_eq(bt_predictor_predict_dev(p, 99, &tiny, 1, BT_PASS_FWD), 0.0);
   cr_assert_eq(bt_predictor_predict(p, "no-such-device", &tiny, 1, BT_PASS_FWD), -1.0);

@@ -56,6 +56,9 @@ typedef struct bt_predictor_options {
   double process; /* online: process noise (std of theta per round, default 0.15) */
   double ridge;   /* host regressions: ridge on standardised features (default 0.3) */
   int linear_head; /* 1: the comparison head (one time scale per device); 0: physics head */
+  int residual_memory; /* 1: add the nearest fitted layers' residuals to the host time
+                        * (+2-3 points within 10%, but ~10x the prediction time and a
+                        * 275 kB model file); default 0 */
 } bt_predictor_options;
 
 void bt_predictor_default_options(bt_predictor_options *o);
@@ -110,6 +113,11 @@ double bt_predictor_predict_dev(const bt_predictor *p, int dev, const bt_layer *
 /* The same by name (-1.0 for an unknown device: the only negative result). */
 double bt_predictor_predict(const bt_predictor *p, const char *device, const bt_layer *layer,
                             int batch, bt_pass pass);
+
+/* One layer on every device at once (out[bt_predictor_n_devices(p)]): the
+ * shared part is computed once; what a partitioner calls. Returns the count. */
+int bt_predictor_predict_all(const bt_predictor *p, const bt_layer *layer, int batch,
+                             bt_pass pass, double *out);
 
 /* The head alone: device seconds of a layer whose host time is known
  * (host_seconds > 0; otherwise the predicted one is used). */

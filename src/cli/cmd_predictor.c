@@ -25,7 +25,8 @@ static void predictor_usage(FILE *f) {
           "                  its file name; host-*.h5 are host variants (unseen devices in eval)\n"
           "  --folds K       layer folds of the cross-validation (default 5)\n"
           "  --train-fraction F  fit on this share of the training rows only (learning curve)\n"
-          "  --linear-head   the comparison model: one time scale per device\n");
+          "  --linear-head   the comparison model: one time scale per device\n"
+          "  --residual-memory  add the nearest fitted layers' residuals (slower, larger)\n");
 }
 
 /* ---- loading the sets ------------------------------------------------------ */
@@ -371,9 +372,9 @@ static int run_eval(eval_ctx *c, bt_err *err) {
   printf("baton predictor eval: %d profiling sets x %d layers x 2 passes; %d-fold "
          "cross-validation over layers (every figure is on layers left out of the fit); "
          "%d stages (zoo models at batch 8 and 32 cut into 1, 2, 4 parts); head: %s; "
-         "training rows used: %.0f%%\n",
+         "residual memory: %s; training rows used: %.0f%%\n",
          D, n, c->folds, c->st.n, c->opt.linear_head ? "linear (one scale)" : "device model",
-         100 * c->train_fraction);
+         c->opt.residual_memory ? "on" : "off", 100 * c->train_fraction);
   printf("one fit (host regressions + %d heads): %.2f s\n", n_seen, fit_seconds / c->folds);
   acc tot_seen[3] = {{0}};
   print_header("(a) seen devices (fitted on their own profiling sets)");
@@ -644,6 +645,10 @@ static int parse_common(int argc, char **argv, const char **dir, const char **ou
       opt->linear_head = 1;
       continue;
     }
+    if (strcmp(a, "--residual-memory") == 0) {
+      opt->residual_memory = 1;
+      continue;
+    }
     if (!v) {
       predictor_usage(stderr);
       bt_cli_fail("predictor", "unknown option or missing value: %s", a);
@@ -808,13 +813,15 @@ int bt_cmd_predictor(int argc, char **argv) {
              bt_layer_kind_name(m.layers[i].kind), f * 1e3, b * 1e3);
     }
     /* Cost of predicting every layer for every device of the file. */
-    double t0 = bt_cli_now(), sink = 0;
+    double t0 = bt_cli_now(), sink = 0, all[BT_PRED_DEVICES_MAX];
     const int reps = 20;
     for (int r = 0; r < reps; r++)
-      for (int d = 0; d < bt_predictor_n_devices(pr); d++)
-        for (int i = 0; i < m.n_layers; i++)
-          sink += bt_predictor_predict_dev(pr, d, &m.layers[i], batch, BT_PASS_FWD) +
-                  bt_predictor_predict_dev(pr, d, &m.layers[i], batch, BT_PASS_BWD);
+      for (int i = 0; i < m.n_layers; i++)
+        for (int pass = 0; pass < 2; pass++) {
+          int nd = bt_predictor_predict_all(pr, &m.layers[i], batch, pass, all);
+          for (int d = 0; d < nd; d++)
+            sink += all[d];
+        }
     double dt = (bt_cli_now() - t0) / reps;
     printf("total: forward %.3f ms + backward %.3f ms = %.3f ms on %s (batch %d)\n", tf * 1e3,
            tb * 1e3, (tf + tb) * 1e3, device, batch);
