@@ -5,6 +5,7 @@
 #define BATON_CLI_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 int bt_cmd_train(int argc, char **argv);
 int bt_cmd_models(int argc, char **argv);
@@ -23,6 +24,9 @@ int bt_cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(pri
  * the sources), else <exe dir>/../share/baton (relocated install), else the
  * install prefix compiled in. Writes into buf; returns buf. */
 const char *bt_cli_data_dir(char *buf, size_t len);
+
+/* Parses an iteration range "A:B", "A:", ":B" or "A" (inclusive); 0 or -1. */
+int bt_cli_parse_range(const char *text, int64_t *first, int64_t *last);
 
 /* Parses "HxWxC" (e.g. "32x32x3"); returns 0 or -1. */
 int bt_cli_parse_shape(const char *text, int *h, int *w, int *c);

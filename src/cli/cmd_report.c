@@ -36,29 +36,6 @@ static void report_usage(FILE *f) {
              "(10)\n");
 }
 
-/* "A:B", "A:", ":B" or "A" (inclusive). */
-static int parse_range(const char *text, int64_t *first, int64_t *last) {
-  char *end;
-  const char *colon = strchr(text, ':');
-  *first = 0;
-  *last = INT64_MAX;
-  if (text[0] != ':') {
-    *first = strtoll(text, &end, 10);
-    if (end == text || (*end != ':' && *end != '\0'))
-      return -1;
-  }
-  if (!colon) {
-    *last = *first;
-    return 0;
-  }
-  if (colon[1] != '\0') {
-    *last = strtoll(colon + 1, &end, 10);
-    if (end == colon + 1 || *end != '\0')
-      return -1;
-  }
-  return *first <= *last ? 0 : -1;
-}
-
 /* "12.345 s", "3.210 ms" or "45.6 us": runs span microseconds to hours. */
 static const char *seconds(double s, char *buf, size_t len) {
   double a = fabs(s);
@@ -325,7 +302,7 @@ int bt_cmd_report(int argc, char **argv) {
       report_usage(stdout);
       return 0;
     } else if (strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
-      if (parse_range(argv[++i], &first, &last) < 0)
+      if (bt_cli_parse_range(argv[++i], &first, &last) < 0)
         return bt_cli_fail("report", "--iterations '%s': expected FIRST:LAST, e.g. 1:", argv[i]);
     } else if (strcmp(argv[i], "--last") == 0 && i + 1 < argc) {
       char *end;

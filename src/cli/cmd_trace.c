@@ -29,29 +29,6 @@ static void trace_usage(FILE *f) {
              "                          empty); a long run's full trace can be large\n");
 }
 
-/* "A:B", "A:", ":B" or "A" (inclusive). */
-static int parse_range(const char *text, int64_t *first, int64_t *last) {
-  char *end;
-  const char *colon = strchr(text, ':');
-  *first = 0;
-  *last = INT64_MAX;
-  if (text[0] != ':') {
-    *first = strtoll(text, &end, 10);
-    if (end == text || (*end != ':' && *end != '\0'))
-      return -1;
-  }
-  if (!colon) {
-    *last = *first;
-    return 0;
-  }
-  if (colon[1] != '\0') {
-    *last = strtoll(colon + 1, &end, 10);
-    if (end == colon + 1 || *end != '\0')
-      return -1;
-  }
-  return *first <= *last ? 0 : -1;
-}
-
 static void json_string(FILE *f, const char *s) {
   fputc('"', f);
   for (; *s; s++) {
@@ -294,7 +271,7 @@ int bt_cmd_trace(int argc, char **argv) {
     } else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
       out = argv[++i];
     } else if (strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
-      if (parse_range(argv[++i], &first, &last) < 0)
+      if (bt_cli_parse_range(argv[++i], &first, &last) < 0)
         return bt_cli_fail("trace", "--iterations '%s': expected FIRST:LAST, e.g. 10:19", argv[i]);
     } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
       return bt_cli_fail("trace", "unknown option '%s'; see 'baton trace --help'", argv[i]);

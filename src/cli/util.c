@@ -1,6 +1,7 @@
 /* cli/util: helpers shared by the subcommands; see cli.h. */
 #include <limits.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,4 +80,26 @@ const char *bt_cli_bytes(double bytes, char *buf, size_t len) {
     bytes /= 1024.0, u++;
   snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", bytes, units[u]);
   return buf;
+}
+
+int bt_cli_parse_range(const char *text, int64_t *first, int64_t *last) {
+  char *end;
+  const char *colon = strchr(text, ':');
+  *first = 0;
+  *last = INT64_MAX;
+  if (text[0] != ':') {
+    *first = strtoll(text, &end, 10);
+    if (end == text || (*end != ':' && *end != '\0'))
+      return -1;
+  }
+  if (!colon) {
+    *last = *first;
+    return 0;
+  }
+  if (colon[1] != '\0') {
+    *last = strtoll(colon + 1, &end, 10);
+    if (end == colon + 1 || *end != '\0')
+      return -1;
+  }
+  return *first <= *last ? 0 : -1;
 }
