@@ -34,6 +34,10 @@ int bt_cli_parse_shape(const char *text, int *h, int *w, int *c);
 /* Monotonic wall-clock seconds. */
 double bt_cli_now(void);
 
+/* This thread's CPU seconds: what a rank sharing a core with others really
+ * spent (being descheduled does not count). */
+double bt_cli_cpu_now(void);
+
 /* Peak resident set size of this process in bytes. */
 size_t bt_cli_peak_rss(void);
 

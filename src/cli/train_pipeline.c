@@ -42,20 +42,6 @@ static double device_time(void *ctx, const bt_layer *l, int index, int pass, int
       .total;
 }
 
-static double seconds_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Thread CPU seconds: what the calibration measures too, so that a rank
- * being descheduled on a shared core does not count. */
-static double cpu_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Encode and decode are memory-bound sweeps: their device time is the
  * device's analytic streaming time (host memory figures are load-sensitive;
  * see docs/devices.md). */
@@ -81,9 +67,9 @@ static void measure_host(MPI_Comm world, bt_host_rates *h) {
     float *c = calloc((size_t)n * n, sizeof(float));
     double best = INFINITY;
     for (int r = 0; r < 20 && a && b && c; r++) {
-      double t0 = cpu_now();
+      double t0 = bt_cli_cpu_now();
       bt_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-      best = fmin(best, cpu_now() - t0);
+      best = fmin(best, bt_cli_cpu_now() - t0);
     }
     rates[0] = 2.0 * n * n * (double)n / best / 1e9;
     const size_t bytes = (size_t)16 << 20;
@@ -91,9 +77,9 @@ static void measure_host(MPI_Comm world, bt_host_rates *h) {
     best = INFINITY;
     for (int r = 0; r < 16 && src && dst; r++) {
       memset(src, r, bytes);
-      double t0 = cpu_now();
+      double t0 = bt_cli_cpu_now();
       memcpy(dst, src, bytes);
-      best = fmin(best, cpu_now() - t0);
+      best = fmin(best, bt_cli_cpu_now() - t0);
     }
     rates[1] = 2.0 * (double)bytes / best / 1e9; /* read + write */
     free(a), free(b), free(c), free(src), free(dst);
@@ -460,7 +446,7 @@ static int train_loop(run *r, bt_err *err) {
       bt_data_permutation(r->n_train, c->seed, epoch, r->order);
     double loss_sum = 0, emu = 0;
     long correct = 0, seen = 0;
-    const double t0 = seconds_now();
+    const double t0 = bt_cli_now();
     for (long b = 0; b < steps_per_epoch && step < total_steps; b++, step++) {
       if (first || last)
         bt_data_gather(&r->train, r->order + b * batch, batch, r->xb, r->yb);
@@ -493,7 +479,7 @@ static int train_loop(run *r, bt_err *err) {
       printf("epoch %d/%d: train loss %.4f acc %.2f%%, emulated %.3f s/iteration (%.0f "
              "samples/s), host %.1f s",
              epoch + 1, epochs, loss_sum / seen, 100.0 * correct / seen, emu / (seen / batch),
-             seen / emu, seconds_now() - t0);
+             seen / emu, bt_cli_now() - t0);
       if (eval)
         printf(", test loss %.4f acc %.2f%%", test_loss, 100.0 * test_correct / r->n_test);
       printf("\n");

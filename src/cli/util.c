@@ -67,6 +67,12 @@ double bt_cli_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+double bt_cli_cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 size_t bt_cli_peak_rss(void) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
