@@ -38,6 +38,9 @@ double bt_cli_now(void);
  * spent (being descheduled does not count). */
 double bt_cli_cpu_now(void);
 
+/* Median of v[0..n) (n >= 1); sorts v in place. */
+double bt_cli_median(double *v, int n);
+
 /* Peak resident set size of this process in bytes. */
 size_t bt_cli_peak_rss(void);
 

@@ -33,16 +33,6 @@ static void bench_usage(FILE *f) {
              "                       model and report baton's time as a ratio of PyTorch's\n");
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Median GFLOP/s of an n^3 sgemm through the same seam the layers use. */
 static double sgemm_gflops(int n, int repeats) {
   float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n);
@@ -59,7 +49,7 @@ static double sgemm_gflops(int n, int repeats) {
     t[r] = bt_cli_now() - t0;
   }
   free(a), free(b), free(c);
-  return 2.0 * n * (double)n * n / median(t, repeats) / 1e9;
+  return 2.0 * n * (double)n * n / bt_cli_median(t, repeats) / 1e9;
 }
 
 /* Forward + backward FLOPs per sample of every conv2d, inside blocks too. */
@@ -192,8 +182,8 @@ static int bench_step(const step_opts *o) {
       conv_flops +=
           (bt_layer_flops_fwd(&m.layers[i]) + bt_layer_flops_bwd(&m.layers[i])) * o->batch * reps;
     }
-  const double step = median(tt, reps), f_med = median(tf, reps), b_med = median(tb, reps);
-  const double u_med = median(tu, reps);
+  const double step = bt_cli_median(tt, reps), f_med = bt_cli_median(tf, reps), b_med = bt_cli_median(tb, reps);
+  const double u_med = bt_cli_median(tu, reps);
   const double flops = (bt_model_flops_fwd(&m) + bt_model_flops_bwd(&m)) * o->batch;
   const double gemm = sgemm_gflops(1024, 10);
   char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32];

@@ -34,16 +34,6 @@ static void usage(FILE *f) {
 static const char *DEFAULT_CODECS = "none,fp16,bf16,q1,q2,q3,q4,q5,q6,q7,q8,q4:stochastic,"
                                     "q8-ef,q4-ef,sparse-q8,sparse-q4";
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 typedef struct ctx {
   const float *x;
   float *y;
@@ -135,8 +125,8 @@ static row measure(op_fn enc, op_fn dec, ctx *c, int reps) {
     td[r] = sample(dec, c, id);
     re[r] = tm[r] / te[r], rd[r] = tm[r] / td[r];
   }
-  row out = {median(te, reps), median(td, reps), median(tm, reps), median(re, reps),
-             median(rd, reps)};
+  row out = {bt_cli_median(te, reps), bt_cli_median(td, reps), bt_cli_median(tm, reps), bt_cli_median(re, reps),
+             bt_cli_median(rd, reps)};
   return out;
 }
 

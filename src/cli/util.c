@@ -109,3 +109,13 @@ int bt_cli_parse_range(const char *text, int64_t *first, int64_t *last) {
   }
   return *first <= *last ? 0 : -1;
 }
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double bt_cli_median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
