@@ -16,7 +16,7 @@ if [ "${1:-}" = "--sanitize" ]; then
   export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
   export ASAN_OPTIONS=detect_leaks=1
 fi
-baton_install_packages
+baton_install_packages clang libclang-rt-14-dev # the codec fuzzer (libFuzzer)
 baton_build "$dir" "${opts[@]}"
 meson test -C "$dir" --print-errorlogs "$@"
 
