@@ -419,6 +419,10 @@ static int train_loop(run *r, bt_err *err) {
     total_steps = c->iterations;
   const int epochs = (int)((total_steps + steps_per_epoch - 1) / steps_per_epoch);
   const int first = r->rank == 0, last = r->rank == r->size - 1;
+  const int live = r->rank == 0 && (strcmp(c->progress, "always") == 0 ||
+                                    (strcmp(c->progress, "auto") == 0 && isatty(STDOUT_FILENO)));
+  const double run_start = bt_cli_now();
+  double last_print = 0;
   const size_t in_elems = (size_t)r->model.input.h * r->model.input.w * r->model.input.c;
   if (first || last) {
     r->xb = malloc(sizeof(float) * in_elems * batch);
@@ -466,7 +470,19 @@ static int train_loop(run *r, bt_err *err) {
       correct += st.correct;
       seen += batch;
       emu += st.iter_time;
+      const double now = bt_cli_now();
+      if (live && (now - last_print > 0.2 || step + 1 == total_steps)) {
+        const double eta = (now - run_start) / (step + 1) * (total_steps - step - 1);
+        printf("\repoch %d/%d  iter %ld/%ld  loss %.4f  acc %5.1f%%  %.3f s/iter emulated  "
+               "host ETA %.0f s ",
+               epoch + 1, epochs, step + 1, total_steps, loss_sum / seen, 100.0 * correct / seen,
+               emu / (b + 1), eta);
+        fflush(stdout);
+        last_print = now;
+      }
     }
+    if (live)
+      printf("\n");
     emu_total += emu;
     double test_loss = NAN;
     long test_correct = 0;
