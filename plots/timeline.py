@@ -163,7 +163,12 @@ def loss_curve(f, path, out):
     acc = ax.twinx()
     acc.plot(train["iteration"], 100 * train["accuracy"], color=COLOURS["backward"], marker=".",
              label="accuracy")
-    acc.set_ylabel("batch accuracy (%)", color=COLOURS["backward"])
+    if "eval" in f and len(f["eval"]) > 0:  # test-set evaluations (newer files)
+        ev = f["eval"][:]
+        acc.plot(ev["iteration"], 100 * ev["accuracy"], color=COLOURS["backward"], marker="D",
+                 linestyle="none", markersize=7, label="test accuracy")
+        acc.legend(loc="lower right", fontsize=8)
+    acc.set_ylabel("batch accuracy (%); diamonds: test set", color=COLOURS["backward"])
     ax.set_title(f"{os.path.basename(path)}: training loss and accuracy", fontsize=10)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -189,9 +194,13 @@ def main():
         if int(f.attrs["schema_version"]) != 1:
             sys.exit(f"timeline.py: {args.run}: schema_version {f.attrs['schema_version']}, "
                      "this script reads 1")
-        iteration = pick_iteration(f, f["timeline"], args.iteration)
-        gantt(f, args.run, iteration, prefix + "-timeline.png")
-        print(f"wrote {prefix}-timeline.png (iteration {iteration})")
+        if len(f["timeline"]) == 0:  # a single-process run logs no timeline
+            print(f"timeline.py: {args.run} has no /timeline events; no Gantt chart",
+                  file=sys.stderr)
+        else:
+            iteration = pick_iteration(f, f["timeline"], args.iteration)
+            gantt(f, args.run, iteration, prefix + "-timeline.png")
+            print(f"wrote {prefix}-timeline.png (iteration {iteration})")
         if loss_curve(f, args.run, prefix + "-loss.png"):
             print(f"wrote {prefix}-loss.png")
 

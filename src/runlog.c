@@ -121,6 +121,12 @@ static const field train_fields[] = {
     FIELD(bt_train_record, wall_time, F_F64), FIELD(bt_train_record, bytes_sent, F_I64),
 };
 
+static const field eval_fields[] = {
+    FIELD(bt_eval_record, iteration, F_I64), FIELD(bt_eval_record, epoch, F_I32),
+    FIELD(bt_eval_record, loss, F_F64),      FIELD(bt_eval_record, accuracy, F_F64),
+    FIELD(bt_eval_record, samples, F_I64),
+};
+
 #define NFIELDS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static const char *const event_kind_names[BT_EV_KIND_COUNT] = {
@@ -186,7 +192,7 @@ static hid_t compound_type(size_t size, const field *fields, int n, int file) {
   return t;
 }
 
-enum { T_DEVICE, T_LAYER, T_PLAN, T_STAGE, T_EVENT, T_TRAIN, T_COUNT };
+enum { T_DEVICE, T_LAYER, T_PLAN, T_STAGE, T_EVENT, T_TRAIN, T_EVAL, T_COUNT };
 
 static const struct {
   size_t size;
@@ -199,6 +205,7 @@ static const struct {
     [T_STAGE] = {sizeof(stage_row), stage_fields, NFIELDS(stage_fields)},
     [T_EVENT] = {sizeof(bt_event), event_fields, NFIELDS(event_fields)},
     [T_TRAIN] = {sizeof(bt_train_record), train_fields, NFIELDS(train_fields)},
+    [T_EVAL] = {sizeof(bt_eval_record), eval_fields, NFIELDS(eval_fields)},
 };
 
 static hid_t table_type(int table, int file) {
@@ -214,6 +221,7 @@ enum {
   D_STAGES,
   D_TIMELINE,
   D_TRAIN,
+  D_EVAL,
   D_T_ITER,
   D_T_FWD,
   D_T_BWD,
@@ -250,6 +258,9 @@ static const struct {
                  "loss: mean cross-entropy over the batch; accuracy: fraction; "
                  "iteration_time: s on the run's clock (max over ranks); wall_time: host s; "
                  "bytes_sent: bytes, all ranks"},
+    [D_EVAL] = {"/eval", T_EVAL, 64, "one row per evaluation on the test set",
+                "iteration: optimizer steps done; epoch: 1-based; loss: mean cross-entropy; "
+                "accuracy: fraction"},
     [D_T_ITER] = {"/timing/iteration", -1, 256, "iteration of each row of /timing/fwd and bwd",
                   "iteration number"},
     [D_T_FWD] = {"/timing/fwd", -1, 64, "per-layer forward device time [row, layer]",
@@ -718,6 +729,15 @@ int bt_runlog_append_events(bt_runlog *log, size_t n, const bt_event *events, bt
   return rc;
 }
 
+int bt_runlog_append_eval(bt_runlog *log, const bt_eval_record *rec, bt_err *err) {
+  if (!log || !rec)
+    return bt_err_set(err, "bt_runlog_append_eval: log and record are required");
+  quiet q = quiet_begin();
+  int rc = append(log, D_EVAL, log->mem[T_EVAL], 1, 1, rec, err);
+  quiet_end(q);
+  return rc;
+}
+
 int bt_runlog_append_train(bt_runlog *log, const bt_train_record *rec, bt_err *err) {
   if (!log || !rec)
     return bt_err_set(err, "bt_runlog_append_train: log and record are required");
@@ -1002,6 +1022,10 @@ static int read_tables(hid_t f, const char *path, bt_runlog_data *d, bt_err *err
     rc = read_table(f, path, D_TIMELINE, mem[T_EVENT], (void **)&d->events, &d->n_events, err);
   if (rc == 0)
     rc = read_table(f, path, D_TRAIN, mem[T_TRAIN], (void **)&d->train, &d->n_train, err);
+  /* /eval came after the first files were written (a new dataset does not
+   * change the schema version): absent means no evaluations. */
+  if (rc == 0 && H5Lexists(f, "eval", H5P_DEFAULT) > 0)
+    rc = read_table(f, path, D_EVAL, mem[T_EVAL], (void **)&d->eval, &d->n_eval, err);
   for (int t = 0; t < T_COUNT; t++)
     H5Tclose(mem[t]);
   d->n_layers = n_layers ? (int)n_layers : d->timing_layers;
@@ -1042,6 +1066,7 @@ void bt_runlog_data_free(bt_runlog_data *d) {
     return;
   free(d->events);
   free(d->train);
+  free(d->eval);
   free(d->device_profile);
   free(d->config_yaml);
   free(d->effective_config_yaml);

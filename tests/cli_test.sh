@@ -70,6 +70,7 @@ expect_fail model-file-unknown-kind "convolution" "$baton" models --layers "$tmp
 expect_ok train-run-file "run file: $tmp/sp.h5" "$baton" train "${syn[@]}" --set model=mlp \
   --set data.shape=8x8x1 --set iterations=3 --set output="$tmp/sp.h5"
 expect_ok report-single-process "3 train rows" "$baton" report "$tmp/sp.h5"
+expect_ok report-test-accuracy "test: epoch 1 (after 3 iterations)" "$baton" report "$tmp/sp.h5"
 
 expect_fail unknown-command "unknown command" "$baton" frobnicate
 expect_fail missing-file "no-such.yaml" "$baton" train "$tmp/no-such.yaml"

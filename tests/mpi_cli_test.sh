@@ -80,6 +80,8 @@ for clock in virtual wall none; do
 done
 "$baton" report "$tmp/virtual.h5" >"$tmp/out" 2>"$tmp/err"
 expect_ok $? report-virtual "6 train rows"
+grep -q "test: epoch 1 (after 6 iterations)" "$tmp/out" || {
+  echo "FAIL report-virtual: no test evaluation in the run file"; fails=$((fails + 1)); }
 
 BATON_FAIL_AT=1:3 mpi 3 -x BATON_FAIL_AT "$baton" train "${syn[@]}" \
   --set devices=rpi4,jetson-nano,rpi5 --set output="$tmp/killed.h5"

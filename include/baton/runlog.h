@@ -102,6 +102,15 @@ typedef struct bt_train_record {
  * (empty), and starts SWMR writing: from then on the file on disk is always
  * readable, also by `baton report` while the run goes on. NULL strings in
  * meta are written as "". */
+/* One evaluation on the test set (end of an epoch, end of the run). */
+typedef struct bt_eval_record {
+  int64_t iteration; /* optimizer steps done when it ran */
+  int32_t epoch;     /* 1-based epoch it closes */
+  double loss;       /* mean cross-entropy over the test set */
+  double accuracy;   /* fraction in [0, 1] */
+  int64_t samples;
+} bt_eval_record;
+
 int bt_runlog_create(bt_runlog **log, const char *path, const bt_runlog_meta *meta, bt_err *err);
 /* Once per run each. Write the layers before the first plan so that the
  * last stage's end layer is known. */
@@ -115,6 +124,7 @@ int bt_runlog_append_timing(bt_runlog *log, int64_t iteration, int n_layers, con
                             const double *bwd, bt_err *err);
 int bt_runlog_append_events(bt_runlog *log, size_t n, const bt_event *events, bt_err *err);
 int bt_runlog_append_train(bt_runlog *log, const bt_train_record *rec, bt_err *err);
+int bt_runlog_append_eval(bt_runlog *log, const bt_eval_record *rec, bt_err *err);
 /* Makes everything appended so far durable (end of each iteration). */
 int bt_runlog_flush(bt_runlog *log, bt_err *err);
 /* Flushes and closes; *log becomes NULL. Safe on NULL. */
@@ -146,6 +156,8 @@ typedef struct bt_runlog_data {
   bt_event *events;
   size_t n_train;
   bt_train_record *train;
+  size_t n_eval;
+  bt_eval_record *eval;
   int n_devices;
   char (*device_profile)[64]; /* [n_devices] */
 

@@ -262,6 +262,14 @@ static void print_loss(const bt_runlog_data *d, int64_t first, int64_t last, lon
          100 * acc / n, n, (long long)lo, (long long)hi);
 }
 
+/* The evaluations on the test set, one line each (schema 2's /eval). */
+static void print_evals(const bt_runlog_data *d) {
+  for (size_t i = 0; i < d->n_eval; i++)
+    printf("test: epoch %d (after %lld iterations): loss %.4f, accuracy %.2f%% of %lld samples\n",
+           d->eval[i].epoch, (long long)d->eval[i].iteration, d->eval[i].loss,
+           100 * d->eval[i].accuracy, (long long)d->eval[i].samples);
+}
+
 static int report(const char *path, int64_t first, int64_t last, long window) {
   bt_runlog_data d;
   bt_err err;
@@ -287,6 +295,7 @@ static int report(const char *path, int64_t first, int64_t last, long window) {
     print_ranks(&d, &tot);
   print_throughput(&d, &tot, first, last);
   print_loss(&d, first, last, window);
+  print_evals(&d);
   free(tot.rank);
   free(tot.spans);
   bt_runlog_data_free(&d);

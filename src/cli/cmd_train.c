@@ -216,6 +216,10 @@ static int run(session *s) {
            loss_sum / seen, 100.0 * correct / seen, seen / secs, secs);
     if (last_epoch || (c->eval_every > 0 && (epoch + 1) % c->eval_every == 0)) {
       bt_evaluate(&s->stage, s->test.x, s->test.y, s->test.n, &test);
+      bt_eval_record er = {step, epoch + 1, test.loss, (double)test.correct / test.samples,
+                           test.samples};
+      if (log && (bt_runlog_append_eval(log, &er, &lerr) < 0 || bt_runlog_flush(log, &lerr) < 0))
+        return bt_cli_fail("train", "%s", lerr.msg);
       printf(", test loss %.4f acc %.2f%%", test.loss, 100.0 * test.correct / test.samples);
     }
     printf("\n");

@@ -491,6 +491,12 @@ static int train_loop(run *r, bt_err *err) {
     if (eval && bt_pipeline_evaluate(r->pipe, first ? r->test.x : NULL, last ? r->test.y : NULL,
                                      r->n_test, &test_loss, &test_correct, err) < 0)
       die(r, err);
+    if (r->rank == 0 && eval && r->log) {
+      bt_eval_record er = {step, epoch + 1, test_loss, (double)test_correct / r->n_test,
+                           r->n_test};
+      if (bt_runlog_append_eval(r->log, &er, err) < 0 || bt_runlog_flush(r->log, err) < 0)
+        die(r, err);
+    }
     if (r->rank == 0) {
       printf("epoch %d/%d: train loss %.4f acc %.2f%%, emulated %.3f s/iteration (%.0f "
              "samples/s), host %.1f s",
