@@ -492,8 +492,7 @@ static int train_loop(run *r, bt_err *err) {
                                      r->n_test, &test_loss, &test_correct, err) < 0)
       die(r, err);
     if (r->rank == 0 && eval && r->log) {
-      bt_eval_record er = {step, epoch + 1, test_loss, (double)test_correct / r->n_test,
-                           r->n_test};
+      bt_eval_record er = {step, epoch + 1, test_loss, (double)test_correct / r->n_test, r->n_test};
       if (bt_runlog_append_eval(r->log, &er, err) < 0 || bt_runlog_flush(r->log, err) < 0)
         die(r, err);
     }
