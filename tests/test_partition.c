@@ -1,0 +1,319 @@
+/* Tests for partition: the exact search equals brute force on random small
+ * problems (both schedules, several micro-batch counts, tight memory, codec
+ * costs), the memory-infeasibility error and its smallest scale, a slow
+ * device getting fewer layers, a very slow device left unused, the baselines
+ * and explicit-cut errors, and planning times (printed, not asserted). */
+#include "baton/partition.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define assert_has(msg, needle)                                                                    \
+  cr_assert(strstr((msg), (needle)) != NULL, "expected \"%s\" in: %s", (needle), (msg))
+
+enum { ML = 64, MD = 16 };
+
+typedef struct prob {
+  bt_plan_problem p;
+  double fwd[MD * ML], bwd[MD * ML], optim[MD * ML], act[ML], state[ML], stash[ML], cap[MD],
+      bw[MD * MD], lat[MD * MD], flops[ML], peak[MD];
+} prob;
+
+static unsigned long long rs = 88172645463325252ull;
+static double urand(void) { /* xorshift64 in [0, 1) */
+  rs ^= rs << 13;
+  rs ^= rs >> 7;
+  rs ^= rs << 17;
+  return (double)(rs >> 11) / 9007199254740992.0;
+}
+
+/* Uniform-ish problem: speed[d] scales device d's times. */
+static void make(prob *q, int L, int D, bt_schedule_kind kind, int M, const double *speed) {
+  memset(q, 0, sizeof *q);
+  for (int d = 0; d < D; d++)
+    for (int l = 0; l < L; l++) {
+      q->fwd[d * L + l] = 1e-3 * speed[d];
+      q->bwd[d * L + l] = 2e-3 * speed[d];
+    }
+  for (int l = 0; l < L; l++) {
+    q->act[l] = 1e3;
+    q->state[l] = 100;
+    q->stash[l] = 10;
+    q->flops[l] = 1e6;
+  }
+  for (int a = 0; a < D; a++) {
+    q->cap[a] = 1e12;
+    q->peak[a] = 1e9 / speed[a];
+    for (int b = 0; b < D; b++)
+      q->bw[a * D + b] = 1e9;
+  }
+  q->p = (bt_plan_problem){.n_layers = L, .n_devices = D, .fwd = q->fwd, .bwd = q->bwd,
+                           .act_bytes = q->act, .state_bytes = q->state,
+                           .stash_bytes = q->stash, .mem_cap = q->cap, .bandwidth = q->bw,
+                           .latency = q->lat, .kind = kind, .micro = M,
+                           .layer_flops = q->flops, .device_peak = q->peak};
+}
+
+/* Random heterogeneous problem; tight memory when `tight`. */
+static void make_random(prob *q, int L, int D, bt_schedule_kind kind, int M, int tight) {
+  double speed[MD];
+  for (int d = 0; d < D; d++)
+    speed[d] = 0.3 + 3.0 * urand();
+  make(q, L, D, kind, M, speed);
+  for (int l = 0; l < L; l++) {
+    double w = 0.2 + urand();
+    for (int d = 0; d < D; d++) {
+      q->fwd[d * L + l] = 1e-3 * w * speed[d] * (0.8 + 0.4 * urand());
+      q->bwd[d * L + l] = 2e-3 * w * speed[d] * (0.8 + 0.4 * urand());
+      q->optim[d * L + l] = 1e-4 * urand();
+    }
+    q->act[l] = 1e5 * (0.1 + 2 * urand());
+    q->state[l] = 1e6 * (0.1 + urand());
+    q->stash[l] = 1e5 * (0.1 + urand());
+  }
+  double total = 0;
+  for (int l = 0; l < L; l++)
+    total += q->state[l] + M * q->stash[l];
+  for (int a = 0; a < D; a++) {
+    q->cap[a] = tight ? total * (0.3 + 0.9 * urand()) : 1e15;
+    for (int b = 0; b < D; b++) {
+      q->bw[a * D + b] = 1e8 * (0.2 + 5 * urand());
+      q->lat[a * D + b] = a == b ? 0 : 1e-5 * urand();
+    }
+  }
+  q->p.optim = q->optim;
+  if (urand() < 0.3) {
+    q->p.codec_ratio = 0.25;
+    q->p.codec_encode = 1e-10;
+    q->p.codec_decode = 2e-10;
+  }
+}
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+static void check_plan(const prob *q, const bt_plan *pl) {
+  bt_plan re = *pl;
+  bt_err err = {{0}};
+  cr_assert_eq(bt_plan_evaluate(&q->p, &re, &err), 0, "%s", err.msg);
+  cr_assert_float_eq(re.iter_time, pl->iter_time, 1e-12 * pl->iter_time + 1e-15);
+  for (int s = 0; s < pl->n_stages; s++)
+    cr_assert_leq(pl->mem[s], q->cap[pl->device[s]] * (q->p.mem_scale > 0 ? q->p.mem_scale : 1));
+}
+
+Test(partition, search_equals_brute_force) {
+  static const int micros[] = {1, 2, 3, 5, 8};
+  int trials = 0, infeasible = 0, unused = 0;
+  for (int rep = 0; rep < 60; rep++)
+    for (int k = 0; k < 2; k++)
+      for (int mi = 0; mi < 5; mi++) {
+        prob q;
+        int L = 1 + (int)(urand() * 8), D = 1 + (int)(urand() * 4);
+        make_random(&q, L, D, k ? BT_SCHED_1F1B : BT_SCHED_GPIPE, micros[mi], rep % 3 == 0);
+        bt_plan a, b;
+        bt_err ea = {{0}}, eb = {{0}};
+        bt_plan_stats st;
+        int ra = bt_plan_search(&q.p, &a, &st, &ea);
+        cr_assert(ra < 0 || st.exact, "search stopped on a small problem");
+        int rb = bt_plan_brute_force(&q.p, &b, &eb);
+        cr_assert_eq(ra, rb, "L=%d D=%d: search %d (%s) vs brute %d (%s)", L, D, ra, ea.msg, rb,
+                     eb.msg);
+        trials++;
+        if (ra < 0) {
+          infeasible++;
+          cr_assert_str_eq(ea.msg, eb.msg);
+          continue;
+        }
+        cr_assert(fabs(a.iter_time - b.iter_time) <= 1e-9 * b.iter_time,
+                  "L=%d D=%d M=%d %s: search %.12g vs brute force %.12g", L, D, micros[mi],
+                  k ? "1f1b" : "gpipe", a.iter_time, b.iter_time);
+        check_plan(&q, &a);
+        if (a.n_stages < D && a.n_stages < L)
+          unused++;
+      }
+  printf("partition: %d random problems, search = brute force (%d infeasible, %d leave a device "
+         "unused)\n", trials, infeasible, unused);
+  cr_assert_gt(infeasible, 0);
+  cr_assert_lt(infeasible, trials / 2);
+}
+
+Test(partition, infeasible_memory_states_smallest_scale) {
+  double speed[2] = {1, 1};
+  prob q;
+  make(&q, 4, 2, BT_SCHED_GPIPE, 2, speed);
+  for (int l = 0; l < 4; l++) {
+    q.state[l] = 60;
+    q.stash[l] = 0;
+  }
+  q.cap[0] = q.cap[1] = 100; /* best split 2 + 2 layers: 120 bytes -> scale 1.2 */
+  bt_plan pl;
+  bt_err err = {{0}};
+  cr_assert_lt(bt_plan_search(&q.p, &pl, NULL, &err), 0);
+  assert_has(err.msg, "smallest memory scale");
+  assert_has(err.msg, "1.2 x");
+  double s;
+  cr_assert_eq(bt_plan_min_mem_scale(&q.p, &s, &err), 0, "%s", err.msg);
+  cr_assert_float_eq(s, 1.2, 1e-12);
+  q.p.mem_scale = 1.2;
+  cr_assert_eq(bt_plan_search(&q.p, &pl, NULL, &err), 0, "%s", err.msg);
+  cr_assert_eq(pl.n_stages, 2);
+  cr_assert_eq(pl.first[1], 2);
+  q.p.mem_scale = 1.2 * (1 - 1e-9);
+  cr_assert_lt(bt_plan_search(&q.p, &pl, NULL, &err), 0);
+
+  /* Random infeasible problems: the stated scale is the exact threshold. */
+  int checked = 0;
+  for (int rep = 0; rep < 200 && checked < 20; rep++) {
+    make_random(&q, 2 + rep % 6, 1 + rep % 4, rep % 2 ? BT_SCHED_1F1B : BT_SCHED_GPIPE,
+                1 + rep % 5, 1);
+    if (bt_plan_search(&q.p, &pl, NULL, &err) == 0)
+      continue;
+    cr_assert_eq(bt_plan_min_mem_scale(&q.p, &s, &err), 0, "%s", err.msg);
+    cr_assert_gt(s, 1.0);
+    q.p.mem_scale = s * (1 + 1e-9);
+    cr_assert_eq(bt_plan_brute_force(&q.p, &pl, &err), 0, "scale %g: %s", s, err.msg);
+    q.p.mem_scale = s * (1 - 1e-9);
+    cr_assert_lt(bt_plan_brute_force(&q.p, &pl, &err), 0);
+    checked++;
+  }
+  cr_assert_geq(checked, 10);
+
+  /* No capacity at all: a clear message instead of a scale. */
+  make(&q, 3, 2, BT_SCHED_GPIPE, 2, speed);
+  q.cap[0] = q.cap[1] = 0;
+  cr_assert_lt(bt_plan_search(&q.p, &pl, NULL, &err), 0);
+  assert_has(err.msg, "at any scale");
+}
+
+Test(partition, slow_device_gets_fewer_layers) {
+  double speed[2] = {1, 3}; /* device 1 is three times slower */
+  prob q;
+  make(&q, 12, 2, BT_SCHED_1F1B, 8, speed);
+  bt_plan pl, ev, bf;
+  bt_err err = {{0}};
+  cr_assert_eq(bt_plan_search(&q.p, &pl, NULL, &err), 0, "%s", err.msg);
+  cr_assert_eq(pl.n_stages, 2);
+  int slow = pl.device[0] == 1 ? 0 : 1;
+  int n_slow = pl.first[slow + 1] - pl.first[slow];
+  printf("partition: 12 layers, devices 1x and 3x: slow device gets %d layers, fast %d; "
+         "%.4f s\n", n_slow, 12 - n_slow, pl.iter_time);
+  cr_assert_lt(n_slow, 12 - n_slow);
+  cr_assert_eq(n_slow, 3); /* 3 x 3 = 9 units vs 9 x 1 */
+  cr_assert_eq(bt_plan_even(&q.p, 2, &ev, &err), 0, "%s", err.msg);
+  cr_assert_lt(pl.iter_time, ev.iter_time);
+  cr_assert_eq(bt_plan_brute_force(&q.p, &bf, &err), 0, "%s", err.msg);
+  cr_assert_float_eq(pl.iter_time, bf.iter_time, 1e-12);
+  /* flops baseline with peaks 1 : 1/3 gives the same 9 / 3 split */
+  cr_assert_eq(bt_plan_flops(&q.p, 2, &ev, &err), 0, "%s", err.msg);
+  cr_assert_eq(ev.first[1], 9);
+}
+
+Test(partition, very_slow_device_left_unused) {
+  double speed[3] = {1, 1, 50};
+  prob q;
+  make(&q, 8, 3, BT_SCHED_GPIPE, 4, speed);
+  bt_plan pl;
+  bt_err err = {{0}};
+  cr_assert_eq(bt_plan_search(&q.p, &pl, NULL, &err), 0, "%s", err.msg);
+  cr_assert_eq(pl.n_stages, 2);
+  for (int s = 0; s < pl.n_stages; s++)
+    cr_assert_neq(pl.device[s], 2);
+  check_plan(&q, &pl);
+}
+
+Test(partition, baselines) {
+  double speed[4] = {1, 1, 1, 1};
+  prob q;
+  make(&q, 10, 4, BT_SCHED_GPIPE, 4, speed);
+  bt_plan pl;
+  bt_err err = {{0}};
+  cr_assert_eq(bt_plan_even(&q.p, 4, &pl, &err), 0, "%s", err.msg);
+  int want[5] = {0, 3, 6, 8, 10};
+  for (int s = 0; s <= 4; s++)
+    cr_assert_eq(pl.first[s], want[s], "first[%d] = %d", s, pl.first[s]);
+  for (int s = 0; s < 4; s++)
+    cr_assert_eq(pl.device[s], s);
+  /* params: the first layer holds as much state as the other nine together */
+  q.state[0] = 900;
+  cr_assert_eq(bt_plan_params(&q.p, 2, &pl, &err), 0, "%s", err.msg);
+  cr_assert_eq(pl.first[1], 1);
+  /* flops: device 0 twice as fast -> 2/3 of the FLOPs */
+  q.peak[0] = 2e9;
+  q.peak[1] = 1e9;
+  make(&q, 9, 2, BT_SCHED_GPIPE, 4, speed);
+  q.peak[0] = 2e9;
+  cr_assert_eq(bt_plan_flops(&q.p, 2, &pl, &err), 0, "%s", err.msg);
+  cr_assert_eq(pl.first[1], 6);
+  /* search never loses to a baseline */
+  bt_plan best;
+  cr_assert_eq(bt_plan_search(&q.p, &best, NULL, &err), 0, "%s", err.msg);
+  cr_assert_leq(best.iter_time, pl.iter_time * (1 + 1e-12));
+  cr_assert_lt(bt_plan_even(&q.p, 3, &pl, &err), 0);
+  assert_has(err.msg, "3 stages");
+}
+
+Test(partition, explicit_cut_errors) {
+  double speed[3] = {1, 1, 1};
+  prob q;
+  make(&q, 6, 3, BT_SCHED_1F1B, 4, speed);
+  bt_plan pl;
+  bt_err err = {{0}};
+  int ok[2] = {2, 4}, dev[3] = {2, 0, 1};
+  cr_assert_eq(bt_plan_explicit(&q.p, 3, ok, dev, &pl, &err), 0, "%s", err.msg);
+  cr_assert_eq(pl.device[0], 2);
+  cr_assert_eq(pl.first[2], 4);
+  cr_assert_gt(pl.iter_time, 0);
+  int out_hi[2] = {2, 6};
+  cr_assert_lt(bt_plan_explicit(&q.p, 3, out_hi, NULL, &pl, &err), 0);
+  assert_has(err.msg, "cut 1 ");
+  assert_has(err.msg, "out of range");
+  int out_lo[2] = {0, 3};
+  cr_assert_lt(bt_plan_explicit(&q.p, 3, out_lo, NULL, &pl, &err), 0);
+  assert_has(err.msg, "cut 0 ");
+  assert_has(err.msg, "out of range");
+  int noninc[2] = {3, 3};
+  cr_assert_lt(bt_plan_explicit(&q.p, 3, noninc, NULL, &pl, &err), 0);
+  assert_has(err.msg, "cut 1 ");
+  assert_has(err.msg, "strictly increasing");
+  int dup[3] = {0, 0, 1};
+  cr_assert_lt(bt_plan_explicit(&q.p, 3, ok, dup, &pl, &err), 0);
+  assert_has(err.msg, "device 0 runs two stages");
+  q.cap[0] = 1; /* stage 0 cannot fit */
+  cr_assert_lt(bt_plan_explicit(&q.p, 3, ok, NULL, &pl, &err), 0);
+  assert_has(err.msg, "stage 0");
+}
+
+static void timed(int L, int D, bt_schedule_kind kind, int M) {
+  prob *q = malloc(sizeof *q);
+  make_random(q, L, D, kind, M, 0);
+  bt_plan pl, ev;
+  bt_plan_stats st;
+  bt_err err = {{0}};
+  double t0 = now();
+  cr_assert_eq(bt_plan_search(&q->p, &pl, &st, &err), 0, "%s", err.msg);
+  double ms = 1e3 * (now() - t0);
+  check_plan(q, &pl);
+  int S = D < L ? D : L;
+  cr_assert_eq(bt_plan_even(&q->p, S, &ev, &err), 0, "%s", err.msg);
+  cr_assert_leq(pl.iter_time, ev.iter_time * (1 + 1e-12));
+  cr_assert_leq(st.lower_bound, pl.iter_time);
+  printf("partition: plan %d layers x %d devices (%s, M=%d): %.1f ms, %ld DP states, %ld nodes, "
+         "%ld plans replayed, %s (bound %.4g); %d stages, %.4g s (even over %d: %.4g s)\n",
+         L, D, bt_schedule_kind_name(kind), M, ms, st.dp_states, st.nodes, st.evaluated,
+         st.exact ? "exact" : "budget hit", st.lower_bound, pl.n_stages, pl.iter_time, S,
+         ev.iter_time);
+  free(q);
+}
+
+Test(partition, plan_50x8_gpipe) { timed(50, 8, BT_SCHED_GPIPE, 8); }
+Test(partition, plan_50x8_1f1b) { timed(50, 8, BT_SCHED_1F1B, 8); }
+Test(partition, plan_50x8_1f1b_m2) { timed(50, 8, BT_SCHED_1F1B, 2); }
+Test(partition, plan_16x16_1f1b) { timed(16, 16, BT_SCHED_1F1B, 8); }
+Test(partition, plan_16x16_gpipe) { timed(16, 16, BT_SCHED_GPIPE, 8); }
