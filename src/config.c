@@ -195,6 +195,9 @@ static const key keys[] = {
     ROW_STRING("codec.gradients", codec_gradients, "none", 1,
                "Codec of the gradients sent to the previous stage (same names; q8-ef adds error "
                "feedback)."),
+    ROW_LIST("codec.boundaries", codec_boundaries, n_codec_boundaries, "",
+             "Per stage boundary: \"B=ACT/GRAD\" codecs of the boundary after stage B (1-based; "
+             "'-' keeps the default), e.g. [1=sparse-q8/q8-ef, 3=q4/-]."),
     ROW_DOUBLE("memory_scale", memory_scale, "1", 0, true, 1e6, false,
                "Multiplies every device's memory capacity (small experiments)."),
 };

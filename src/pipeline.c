@@ -33,7 +33,9 @@ struct bt_pipeline {
   unsigned char **act_frame, **grad_frame;                   /* frames being sent */
   unsigned char **in_frame, **gradin_frame;                  /* frames being received */
   size_t cap_act_out, cap_act_in, cap_grad_out, cap_grad_in; /* frame capacities */
-  bt_codec_spec spec_act, spec_grad;
+  /* Codecs of the two boundaries this rank touches: activations it sends
+   * (out) and receives (in), gradients it sends (out) and receives (in). */
+  bt_codec_spec spec_act_out, spec_act_in, spec_grad_out, spec_grad_in;
   bt_encoder **enc_act, **enc_grad; /* one stream per micro-batch index */
   MPI_Request *rq_act_recv, *rq_grad_recv, *rq_act_send, *rq_grad_send;
   const float **slot_out; /* forward output of the micro-batch in each slot */
@@ -311,10 +313,10 @@ static int alloc_slots(bt_pipeline *p, bt_err *err) {
     return bt_err_set(err, "rank %d: out of memory for pipeline buffers", p->rank);
   /* Frames: activations use the activation codec on both ends of a
    * boundary, gradients the gradient codec. */
-  p->cap_act_in = bt_codec_max_frame_bytes(&p->spec_act, p->in_elems);
-  p->cap_act_out = bt_codec_max_frame_bytes(&p->spec_act, p->out_elems);
-  p->cap_grad_out = bt_codec_max_frame_bytes(&p->spec_grad, p->in_elems);
-  p->cap_grad_in = bt_codec_max_frame_bytes(&p->spec_grad, p->out_elems);
+  p->cap_act_in = bt_codec_max_frame_bytes(&p->spec_act_in, p->in_elems);
+  p->cap_act_out = bt_codec_max_frame_bytes(&p->spec_act_out, p->out_elems);
+  p->cap_grad_out = bt_codec_max_frame_bytes(&p->spec_grad_out, p->in_elems);
+  p->cap_grad_in = bt_codec_max_frame_bytes(&p->spec_grad_in, p->out_elems);
   for (int k = 0; k < S; k++) {
     p->rq_act_recv[k] = p->rq_grad_recv[k] = MPI_REQUEST_NULL;
     p->rq_act_send[k] = p->rq_grad_send[k] = MPI_REQUEST_NULL;
@@ -329,9 +331,9 @@ static int alloc_slots(bt_pipeline *p, bt_err *err) {
       return bt_err_set(err, "rank %d: out of memory for pipeline buffers", p->rank);
   }
   for (int m = 0; m < M; m++) {
-    if (!last_stage(p) && bt_encoder_create(&p->spec_act, &p->enc_act[m], err) < 0)
+    if (!last_stage(p) && bt_encoder_create(&p->spec_act_out, &p->enc_act[m], err) < 0)
       return bt_err_prefix(err, "rank %d", p->rank);
-    if (!first_stage(p) && bt_encoder_create(&p->spec_grad, &p->enc_grad[m], err) < 0)
+    if (!first_stage(p) && bt_encoder_create(&p->spec_grad_out, &p->enc_grad[m], err) < 0)
       return bt_err_prefix(err, "rank %d", p->rank);
   }
   return 0;
@@ -414,13 +416,15 @@ int bt_pipeline_create(bt_pipeline **out, MPI_Comm comm, const bt_pipeline_confi
     bt_err_set(err, "rank %d: out of memory", p->rank);
     goto fail;
   }
-  if (bt_codec_parse(cfg->codec_activations ? cfg->codec_activations : "none", &p->spec_act, err) <
-          0 ||
-      bt_codec_parse(cfg->codec_gradients ? cfg->codec_gradients : "none", &p->spec_grad, err) <
-          0) {
-    bt_err_prefix(err, "rank %d", p->rank);
-    goto fail;
-  }
+  const char *const names[4] = {cfg->codec_act_out, cfg->codec_act_in, cfg->codec_grad_out,
+                                cfg->codec_grad_in};
+  bt_codec_spec *const specs[4] = {&p->spec_act_out, &p->spec_act_in, &p->spec_grad_out,
+                                   &p->spec_grad_in};
+  for (int i = 0; i < 4; i++)
+    if (bt_codec_parse(names[i] ? names[i] : "none", specs[i], err) < 0) {
+      bt_err_prefix(err, "rank %d", p->rank);
+      goto fail;
+    }
   if (alloc_slots(p, err) < 0 || build_slot_sequences(p, err) < 0 || init_links(p, err) < 0)
     goto fail;
   rc = 0;

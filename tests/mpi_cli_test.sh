@@ -73,6 +73,12 @@ expect_ok $? codec-run "test accuracy"
   cp "$tmp/codec.json" "$tmp/out"
 expect_ok $? codec-timeline-has-encode '"encode"'
 
+mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set codec.boundaries=2=q4/q4
+expect_fail $? bad-boundary "codec.boundaries entry '2=q4/q4'"
+mpi 3 "$baton" train "${syn[@]}" --set devices=rpi4,rpi5,rpi4 \
+  --set codec.boundaries=1=q4/q8-ef,2=-/fp16
+expect_ok $? codec-per-boundary "test accuracy"
+
 for clock in virtual wall none; do
   mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set clock=$clock --set schedule=gpipe \
     --set output="$tmp/$clock.h5"

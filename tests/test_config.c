@@ -57,6 +57,7 @@ static const char *const all_keys[] = {
     "links.shared_medium",
     "codec.activations",
     "codec.gradients",
+    "codec.boundaries",
     "memory_scale",
 };
 

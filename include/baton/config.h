@@ -134,6 +134,10 @@ typedef struct bt_config {
    * Default "none". */
   char codec_activations[64];
   char codec_gradients[64];
+  /* codec.boundaries: per stage boundary overrides "B=ACT/GRAD" (B: the
+   * boundary after stage B, 1-based; "-" keeps the default). Default empty. */
+  char codec_boundaries[BT_CONFIG_DEVICES_MAX][BT_CONFIG_DEVICE_NAME];
+  int n_codec_boundaries;
   /* memory_scale: multiplies every device's memory capacity. Default 1. */
   double memory_scale;
 

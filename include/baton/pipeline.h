@@ -44,8 +44,11 @@ typedef struct bt_pipeline_config {
   bt_device_time_fn device_time;
   void *device_ctx;
   /* Codecs of the messages (names as bt_codec_parse takes them; NULL =
-   * "none"): activations to the next stage, gradients to the previous. */
-  const char *codec_activations, *codec_gradients;
+   * "none"): activations this rank sends to the next stage and receives from
+   * the previous one, gradients it sends to the previous and receives from
+   * the next. Both ends of a boundary must name the same codec (a receiver
+   * sizes its buffers by it; frames are self-describing). */
+  const char *codec_act_out, *codec_act_in, *codec_grad_out, *codec_grad_in;
   /* Device seconds of an encode or decode touching `bytes` (tensor plus
    * frame), measured as host_seconds; NULL = host time. */
   double (*codec_time)(void *ctx, double bytes, double host_seconds, long iteration);

@@ -139,6 +139,7 @@ typedef struct run {
   device_ctx dev;
   int cuts[BT_CONFIG_DEVICES_MAX + 1];
   bt_pipeline *pipe;
+  char codec_act_out[64], codec_act_in[64], codec_grad_out[64], codec_grad_in[64];
   bt_runlog *log;
   float *xb;
   int32_t *yb;
@@ -228,6 +229,34 @@ static int link_params(const run *r, int peer, bt_link_params *out, bt_err *err)
   return 0;
 }
 
+/* The codecs of boundary b: codec.activations / codec.gradients, unless a
+ * codec.boundaries entry "B=ACT/GRAD" names this boundary ("-" keeps the
+ * default for that direction). */
+static int boundary_codecs(const run *r, int b, char *act, char *grad, bt_err *err) {
+  const bt_config *c = r->cfg;
+  snprintf(act, 64, "%s", c->codec_activations);
+  snprintf(grad, 64, "%s", c->codec_gradients);
+  for (int i = 0; i < c->n_codec_boundaries; i++) {
+    const char *e = c->codec_boundaries[i];
+    char a[64], g[64];
+    int at, used = 0;
+    if (sscanf(e, "%d=%63[^/]/%63s%n", &at, a, g, &used) != 3 || e[used] != '\0' || at < 1 ||
+        at >= r->size)
+      return bt_err_set(err,
+                        "codec.boundaries entry '%s': expected B=ACT/GRAD with B in 1..%d "
+                        "(the boundary after stage B), e.g. 1=sparse-q8/q8-ef; '-' keeps "
+                        "the default",
+                        e, r->size - 1);
+    if (at != b)
+      continue;
+    if (strcmp(a, "-") != 0)
+      snprintf(act, 64, "%s", a);
+    if (strcmp(g, "-") != 0)
+      snprintf(grad, 64, "%s", g);
+  }
+  return 0;
+}
+
 static int setup_pipeline(run *r, bt_err *err) {
   const bt_config *c = r->cfg;
   bt_pipeline_config pc = {
@@ -245,8 +274,15 @@ static int setup_pipeline(run *r, bt_err *err) {
   };
   if (bt_schedule_parse_kind(c->schedule, &pc.schedule, err) < 0)
     return -1;
-  pc.codec_activations = c->codec_activations;
-  pc.codec_gradients = c->codec_gradients;
+  /* Boundary b (1-based) joins ranks b-1 and b: this rank sends activations
+   * over boundary rank+1 and gradients over boundary rank. */
+  if (boundary_codecs(r, r->rank + 1, r->codec_act_out, r->codec_grad_in, err) < 0 ||
+      boundary_codecs(r, r->rank, r->codec_act_in, r->codec_grad_out, err) < 0)
+    return -1;
+  pc.codec_act_out = r->codec_act_out;
+  pc.codec_act_in = r->codec_act_in;
+  pc.codec_grad_out = r->codec_grad_out;
+  pc.codec_grad_in = r->codec_grad_in;
   if (link_params(r, r->rank + 1, &pc.link_next, err) < 0 ||
       link_params(r, r->rank - 1, &pc.link_prev, err) < 0)
     return -1;
