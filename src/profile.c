@@ -4,14 +4,16 @@
 #include "baton/profile.h"
 
 #include <ctype.h>
-#include <stdarg.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include <hdf5.h>
+
+#include "h5util.h"
 
 #include "baton/gemm.h"
 #include "baton/model.h"
@@ -320,8 +322,8 @@ static bt_layer random_layer(bt_rng *r, int kind_slot, int *batch) {
         l = bt_residual(body, 5, sc, proj ? 2 : 0, 1);
       } else {
         const int e = 6 * c;
-        bt_layer body[] = {bt_conv2d(e, 1, 1, 0), bt_batchnorm(),   bt_relu6(),
-                           bt_dwconv2d(3, 1, 1),  bt_batchnorm(),   bt_relu6(),
+        bt_layer body[] = {bt_conv2d(e, 1, 1, 0), bt_batchnorm(), bt_relu6(),
+                           bt_dwconv2d(3, 1, 1),  bt_batchnorm(), bt_relu6(),
                            bt_conv2d(c, 1, 1, 0), bt_batchnorm()};
         l = bt_residual(body, 8, NULL, 0, 0);
       }
@@ -354,9 +356,9 @@ int bt_profile_corpus(bt_profile *p, uint64_t seed, int n_random, bt_err *err) {
     const char *name;
     bt_shape in;
     int two_batches;
-  } zoo[] = {{"mlp", {28, 28, 1}, 1},       {"lenet5", {28, 28, 1}, 1},
-             {"vgg11", {32, 32, 3}, 1},     {"vgg16", {32, 32, 3}, 0},
-             {"resnet18", {32, 32, 3}, 1},  {"mobilenetv2", {32, 32, 3}, 1}};
+  } zoo[] = {{"mlp", {28, 28, 1}, 1},      {"lenet5", {28, 28, 1}, 1},
+             {"vgg11", {32, 32, 3}, 1},    {"vgg16", {32, 32, 3}, 0},
+             {"resnet18", {32, 32, 3}, 1}, {"mobilenetv2", {32, 32, 3}, 1}};
   for (size_t z = 0; z < sizeof zoo / sizeof *zoo; z++) {
     bt_model m;
     if (bt_zoo_build(zoo[z].name, zoo[z].in, 10, &m, err) < 0)
@@ -385,11 +387,16 @@ int bt_profile_probe_set(bt_profile *p, bt_err *err) {
     bt_layer l;
     int in_h, in_c, batch;
   } probes[10] = {
-      {bt_conv2d(64, 3, 1, 1), 16, 64, 16}, {bt_conv2d(16, 3, 2, 1), 8, 16, 2},
-      {bt_dwconv2d(3, 1, 1), 16, 96, 16},   {bt_dense(1024), 1, 1024, 32},
-      {bt_dense(512), 1, 2048, 1},          {bt_relu(), 32, 64, 32},
-      {bt_relu(), 8, 16, 2},                {bt_batchnorm(), 16, 64, 16},
-      {bt_maxpool(2, 2, 0), 16, 32, 8},     {bt_relu6(), 16, 32, 4},
+      {bt_conv2d(64, 3, 1, 1), 16, 64, 16},
+      {bt_conv2d(16, 3, 2, 1), 8, 16, 2},
+      {bt_dwconv2d(3, 1, 1), 16, 96, 16},
+      {bt_dense(1024), 1, 1024, 32},
+      {bt_dense(512), 1, 2048, 1},
+      {bt_relu(), 32, 64, 32},
+      {bt_relu(), 8, 16, 2},
+      {bt_batchnorm(), 16, 64, 16},
+      {bt_maxpool(2, 2, 0), 16, 32, 8},
+      {bt_relu6(), 16, 32, 4},
   };
   for (int i = 0; i < 10; i++) {
     probes[i].l.in = (bt_shape){probes[i].in_h, probes[i].in_h, probes[i].in_c};
@@ -513,10 +520,10 @@ int bt_profile_measure(bt_profile *p, const bt_device *dev, const bt_device *hos
     if (time_layer(e, repeats, wall, err) < 0)
       return -1;
     if (dev) {
-      e->fwd = bt_device_layer_mapped(dev, host, &e->layer, e->batch, BT_PASS_FWD, e->host_fwd, 0)
-                   .total;
-      e->bwd = bt_device_layer_mapped(dev, host, &e->layer, e->batch, BT_PASS_BWD, e->host_bwd, 0)
-                   .total;
+      e->fwd =
+          bt_device_layer_mapped(dev, host, &e->layer, e->batch, BT_PASS_FWD, e->host_fwd, 0).total;
+      e->bwd =
+          bt_device_layer_mapped(dev, host, &e->layer, e->batch, BT_PASS_BWD, e->host_bwd, 0).total;
     } else {
       e->fwd = e->host_fwd;
       e->bwd = e->host_bwd;
@@ -528,19 +535,6 @@ int bt_profile_measure(bt_profile *p, const bt_device *dev, const bt_device *hos
 }
 
 /* ---- HDF5 ------------------------------------------------------------------ */
-
-typedef struct quiet {
-  H5E_auto2_t fn;
-  void *data;
-} quiet;
-
-static quiet quiet_begin(void) {
-  quiet q;
-  H5Eget_auto2(H5E_DEFAULT, &q.fn, &q.data);
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-  return q;
-}
-static void quiet_end(quiet q) { H5Eset_auto2(H5E_DEFAULT, q.fn, q.data); }
 
 static herr_t attr_str(hid_t loc, const char *name, const char *v) {
   hid_t t = H5Tcopy(H5T_C_S1);
@@ -579,12 +573,14 @@ static herr_t write_ds(hid_t f, const char *name, hid_t ftype, hid_t mtype, hsiz
 
 int bt_profile_write(const bt_profile *p, const char *path, bt_err *err) {
   const hsize_t n = (hsize_t)p->n;
-  quiet q = quiet_begin();
+  bt_h5_quiet q = bt_h5_quiet_begin();
   hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (f < 0) {
-    quiet_end(q);
-    return bt_err_set(err, "%s: cannot create the profile file (directory missing or not "
-                           "writable?)", path);
+    bt_h5_quiet_end(q);
+    return bt_err_set(err,
+                      "%s: cannot create the profile file (directory missing or not "
+                      "writable?)",
+                      path);
   }
   double *v = malloc((n + 1) * sizeof(double) * 5);
   int32_t *bi = malloc((n + 1) * sizeof(int32_t));
@@ -628,7 +624,7 @@ int bt_profile_write(const bt_profile *p, const char *path, bt_err *err) {
   free(v), free(bi), free(specs), free(srcs);
   if (H5Fclose(f) < 0)
     rc = -1;
-  quiet_end(q);
+  bt_h5_quiet_end(q);
   return rc < 0 ? bt_err_set(err, "%s: writing the profile failed", path) : 0;
 }
 
@@ -683,16 +679,18 @@ static int read_ds(hid_t f, const char *name, hid_t mtype, long *n, void **out, 
 
 int bt_profile_read(const char *path, bt_profile *p, bt_err *err) {
   memset(p, 0, sizeof *p);
-  quiet q = quiet_begin();
+  bt_h5_quiet q = bt_h5_quiet_begin();
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) {
-    quiet_end(q);
+    bt_h5_quiet_end(q);
     FILE *probe = fopen(path, "rb");
     if (!probe)
       return bt_err_set(err, "%s: no such profile file", path);
     fclose(probe);
-    return bt_err_set(err, "%s: not an HDF5 file (corrupt or truncated?); regenerate it with "
-                           "'baton profile'", path);
+    return bt_err_set(err,
+                      "%s: not an HDF5 file (corrupt or truncated?); regenerate it with "
+                      "'baton profile'",
+                      path);
   }
   char fmt[64] = "";
   int32_t ver = 0, thr = 1, rep = 0;
@@ -709,8 +707,10 @@ int bt_profile_read(const char *path, bt_profile *p, bt_err *err) {
     rc = bt_err_set(err, "%s: missing device or host-rate attributes", path);
   else if (!(p->host.sgemm_gflops > 0) || !isfinite(p->host.sgemm_gflops) ||
            !(p->host.mem_gbs > 0) || !isfinite(p->host.mem_gbs))
-    rc = bt_err_set(err, "%s: host rates must be positive and finite (sgemm %g GFLOP/s, "
-                         "memory %g GB/s)", path, p->host.sgemm_gflops, p->host.mem_gbs);
+    rc = bt_err_set(err,
+                    "%s: host rates must be positive and finite (sgemm %g GFLOP/s, "
+                    "memory %g GB/s)",
+                    path, p->host.sgemm_gflops, p->host.mem_gbs);
   if (rc == 0) {
     read_attr_str(f, "blis_arch", p->blis_arch, sizeof p->blis_arch);
     read_attr_str(f, "clock", p->clock, sizeof p->clock);
@@ -787,7 +787,7 @@ int bt_profile_read(const char *path, bt_profile *p, bt_err *err) {
     free(v[k]);
   H5Tclose(st);
   H5Fclose(f);
-  quiet_end(q);
+  bt_h5_quiet_end(q);
   if (rc < 0)
     bt_profile_free(p);
   return rc;

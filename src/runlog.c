@@ -32,6 +32,8 @@
 
 #include <hdf5.h>
 
+#include "h5util.h"
+
 /* ---- row layouts of the tables that have no public struct ----------- */
 
 typedef struct device_row {
@@ -283,22 +285,6 @@ struct bt_runlog {
 
 /* ---- errors ----------------------------------------------------------- */
 
-/* HDF5 prints its error stack on stderr by default; the library must not
- * print (err.h), so every public entry point silences it and restores it. */
-typedef struct quiet {
-  H5E_auto2_t fn;
-  void *data;
-} quiet;
-
-static quiet quiet_begin(void) {
-  quiet q;
-  H5Eget_auto2(H5E_DEFAULT, &q.fn, &q.data);
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-  return q;
-}
-
-static void quiet_end(quiet q) { H5Eset_auto2(H5E_DEFAULT, q.fn, q.data); }
-
 static herr_t innermost(unsigned n, const H5E_error2_t *e, void *buf) {
   if (n == 0)
     snprintf(buf, 256, "%s", e->desc);
@@ -510,9 +496,9 @@ int bt_runlog_create(bt_runlog **log, const char *path, const bt_runlog_meta *me
   if (!log || !path || !*path || !meta)
     return bt_err_set(err, "bt_runlog_create: log, path and meta are required");
   *log = NULL;
-  quiet q = quiet_begin();
+  bt_h5_quiet q = bt_h5_quiet_begin();
   int rc = create_impl(log, path, meta, err);
-  quiet_end(q);
+  bt_h5_quiet_end(q);
   return rc;
 }
 
@@ -581,9 +567,9 @@ int bt_runlog_write_devices(bt_runlog *log, int n, const bt_runlog_device *devic
     return bt_err_set(err, "bt_runlog_write_devices: bad arguments");
   if (log->devices_written)
     return bt_err_set(err, "%s: devices are written once per run", log->path);
-  quiet q = quiet_begin();
+  bt_h5_quiet q = bt_h5_quiet_begin();
   int rc = write_devices_impl(log, n, devices, err);
-  quiet_end(q);
+  bt_h5_quiet_end(q);
   return rc;
 }
 
@@ -624,9 +610,9 @@ int bt_runlog_write_layers(bt_runlog *log, const bt_model *m, bt_err *err) {
   if (log->n_layers && log->n_layers != m->n_layers)
     return bt_err_set(err, "%s: model has %d layers but /timing rows have %d", log->path,
                       m->n_layers, log->n_layers);
-  quiet q = quiet_begin();
+  bt_h5_quiet q = bt_h5_quiet_begin();
   int rc = write_layers_impl(log, m, err);
-  quiet_end(q);
+  bt_h5_quiet_end(q);
   return rc;
 }
 
@@ -674,9 +660,9 @@ int bt_runlog_append_plan(bt_runlog *log, const bt_runlog_plan *plan, bt_err *er
     return bt_err_set(err, "bt_runlog_append_plan: log and plan are required");
   if (check_plan(log, plan, err) < 0)
     return -1;
-  quiet q = quiet_begin();
+  bt_h5_quiet q = bt_h5_quiet_begin();
   int rc = append_plan_impl(log, plan, err);
-  quiet_end(q);
+  bt_h5_quiet_end(q);
   return rc;
 }
 
@@ -710,9 +696,9 @@ int bt_runlog_append_timing(bt_runlog *log, int64_t iteration, int n_layers, con
     return bt_err_set(err, "%s: timing row has %d layers, the run has %d", log->path, n_layers,
                       log->n_layers);
   log->n_layers = n_layers;
-  quiet q = quiet_begin();
+  bt_h5_quiet q = bt_h5_quiet_begin();
   int rc = append_timing_impl(log, iteration, n_layers, fwd, bwd, err);
-  quiet_end(q);
+  bt_h5_quiet_end(q);
   return rc;
 }
 
@@ -723,27 +709,27 @@ int bt_runlog_append_events(bt_runlog *log, size_t n, const bt_event *events, bt
     if (events[i].kind < 0 || events[i].kind >= BT_EV_KIND_COUNT)
       return bt_err_set(err, "%s: event %zu has kind %d (valid: 0..%d)", log->path, i,
                         events[i].kind, BT_EV_KIND_COUNT - 1);
-  quiet q = quiet_begin();
+  bt_h5_quiet q = bt_h5_quiet_begin();
   int rc = append(log, D_TIMELINE, log->mem[T_EVENT], n, 1, events, err);
-  quiet_end(q);
+  bt_h5_quiet_end(q);
   return rc;
 }
 
 int bt_runlog_append_eval(bt_runlog *log, const bt_eval_record *rec, bt_err *err) {
   if (!log || !rec)
     return bt_err_set(err, "bt_runlog_append_eval: log and record are required");
-  quiet q = quiet_begin();
+  bt_h5_quiet q = bt_h5_quiet_begin();
   int rc = append(log, D_EVAL, log->mem[T_EVAL], 1, 1, rec, err);
-  quiet_end(q);
+  bt_h5_quiet_end(q);
   return rc;
 }
 
 int bt_runlog_append_train(bt_runlog *log, const bt_train_record *rec, bt_err *err) {
   if (!log || !rec)
     return bt_err_set(err, "bt_runlog_append_train: log and record are required");
-  quiet q = quiet_begin();
+  bt_h5_quiet q = bt_h5_quiet_begin();
   int rc = append(log, D_TRAIN, log->mem[T_TRAIN], 1, 1, rec, err);
-  quiet_end(q);
+  bt_h5_quiet_end(q);
   return rc;
 }
 
@@ -753,9 +739,9 @@ int bt_runlog_append_train(bt_runlog *log, const bt_train_record *rec, bt_err *e
 int bt_runlog_flush(bt_runlog *log, bt_err *err) {
   if (!log)
     return bt_err_set(err, "bt_runlog_flush: no run log");
-  quiet q = quiet_begin();
+  bt_h5_quiet q = bt_h5_quiet_begin();
   int rc = H5Fflush(log->file, H5F_SCOPE_GLOBAL) < 0 ? h5_fail(err, log->path, "flush failed") : 0;
-  quiet_end(q);
+  bt_h5_quiet_end(q);
   return rc;
 }
 
@@ -764,9 +750,9 @@ int bt_runlog_close(bt_runlog **log, bt_err *err) {
     return 0;
   char path[sizeof(*log)->path];
   memcpy(path, (*log)->path, sizeof path);
-  quiet q = quiet_begin();
+  bt_h5_quiet q = bt_h5_quiet_begin();
   int rc = runlog_release(*log) < 0 ? h5_fail(err, path, "close failed") : 0;
-  quiet_end(q);
+  bt_h5_quiet_end(q);
   *log = NULL;
   return rc;
 }
@@ -1053,9 +1039,9 @@ int bt_runlog_read(const char *path, bt_runlog_data *out, bt_err *err) {
   memset(out, 0, sizeof *out);
   if (!path || !*path)
     return bt_err_set(err, "bt_runlog_read: no path given");
-  quiet q = quiet_begin();
+  bt_h5_quiet q = bt_h5_quiet_begin();
   int rc = read_impl(path, out, err);
-  quiet_end(q);
+  bt_h5_quiet_end(q);
   if (rc < 0)
     bt_runlog_data_free(out);
   return rc;
