@@ -71,8 +71,10 @@ static int load_sets(const char *dir, sets *s, bt_err *err) {
   }
   closedir(d);
   if (nf == 0)
-    return bt_err_set(err, "%s: no profiling sets (*.h5); make them with 'baton profile' or "
-                           "experiments/predictor/profile-all.sh", dir);
+    return bt_err_set(err,
+                      "%s: no profiling sets (*.h5); make them with 'baton profile' or "
+                      "experiments/predictor/profile-all.sh",
+                      dir);
   qsort(files, (size_t)nf, sizeof *files, cmp_str);
   s->p = calloc((size_t)nf, sizeof *s->p);
   s->names = calloc((size_t)nf, sizeof *s->names);
@@ -120,8 +122,8 @@ static double pct(long k, long n) { return n ? 100.0 * (double)k / (double)n : N
 static void print_header(const char *what) {
   printf("\n%s\n", what);
   printf("%-20s | %27s | %27s | %27s\n", "", "forward", "backward", "stage sums");
-  printf("%-20s | %7s %9s %9s | %7s %9s %9s | %7s %9s %9s\n", "device", "MAPE%", "<=10%",
-         "<=5%", "MAPE%", "<=10%", "<=5%", "MAPE%", "<=10%", "<=5%");
+  printf("%-20s | %7s %9s %9s | %7s %9s %9s | %7s %9s %9s\n", "device", "MAPE%", "<=10%", "<=5%",
+         "MAPE%", "<=10%", "<=5%", "MAPE%", "<=10%", "<=5%");
 }
 
 static void print_row(const char *name, const acc a[3]) {
@@ -159,8 +161,8 @@ static void build_stages(const bt_profile *p, stages *st) {
   static const struct {
     const char *name;
     bt_shape in;
-  } zoo[] = {{"mlp", {28, 28, 1}},    {"lenet5", {28, 28, 1}},   {"vgg11", {32, 32, 3}},
-             {"vgg16", {32, 32, 3}},  {"resnet18", {32, 32, 3}}, {"mobilenetv2", {32, 32, 3}}};
+  } zoo[] = {{"mlp", {28, 28, 1}},   {"lenet5", {28, 28, 1}},   {"vgg11", {32, 32, 3}},
+             {"vgg16", {32, 32, 3}}, {"resnet18", {32, 32, 3}}, {"mobilenetv2", {32, 32, 3}}};
   for (size_t z = 0; z < sizeof zoo / sizeof *zoo; z++)
     for (int b = 8; b <= 32; b += 24) {
       bt_model m;
@@ -235,8 +237,8 @@ static int adapt_rows(const bt_profile *p, int k, const int *order, int *rows) {
   return n;
 }
 
-static int adapt_k(bt_predictor *pr, const char *name, const bt_profile *p, int k,
-                   const int *order, unsigned char *used, bt_err *err) {
+static int adapt_k(bt_predictor *pr, const char *name, const bt_profile *p, int k, const int *order,
+                   unsigned char *used, bt_err *err) {
   /* Sets timed on the bare host are real hardware: raw heads. */
   int slot = bt_predictor_adapt(pr, name, NULL, 0, err);
   if (slot < 0)
@@ -260,8 +262,8 @@ typedef struct eval_ctx {
   int folds;
   double train_fraction; /* share of the training rows used (learning curve) */
   int *keep;             /* per row: 1 if it may be used for fitting */
-  int *fold;  /* per row */
-  int *order; /* shuffled rows */
+  int *fold;             /* per row */
+  int *order;            /* shuffled rows */
   stages st;
   bt_predictor_options opt;
 } eval_ctx;
@@ -273,6 +275,20 @@ static void predict_rows(const bt_predictor *pr, int dev, const bt_profile *p, c
       pf[i] = bt_predictor_predict_dev(pr, dev, &p->e[i].layer, p->e[i].batch, BT_PASS_FWD);
       pb[i] = bt_predictor_predict_dev(pr, dev, &p->e[i].layer, p->e[i].batch, BT_PASS_BWD);
     }
+}
+
+/* Treats device k as unseen: adapts `pr` to it from each probe count in
+ * turn and predicts fold f's rows into vf[q], vb[q]. */
+static int probe_and_predict(const eval_ctx *c, bt_predictor *pr, int k, int f, double **vf,
+                             double **vb, bt_err *err) {
+  const sets *S = c->S;
+  for (int q = 0; q < N_PROBE_COUNTS; q++) {
+    int dev = adapt_k(pr, S->names[k], &S->p[k], probe_counts[q], c->order, NULL, err);
+    if (dev < 0)
+      return -1;
+    predict_rows(pr, dev, &S->p[k], c->fold, f, vf[q], vb[q]);
+  }
+  return 0;
 }
 
 static double *nan_array(int n) {
@@ -330,13 +346,7 @@ static int run_eval(eval_ctx *c, bt_err *err) {
     for (int k = 0; k < D && rc == 0; k++) {
       if (!S->variant[k])
         continue;
-      for (int q = 0; q < N_PROBE_COUNTS && rc == 0; q++) {
-        int dev = adapt_k(pr, S->names[k], &S->p[k], probe_counts[q], c->order, NULL, err);
-        if (dev < 0)
-          rc = -1;
-        else
-          predict_rows(pr, dev, &S->p[k], c->fold, f, vf[k][q], vb[k][q]);
-      }
+      rc = probe_and_predict(c, pr, k, f, vf[k], vb[k], err);
     }
     bt_predictor_free(pr);
   }
@@ -357,13 +367,7 @@ static int run_eval(eval_ctx *c, bt_err *err) {
         rc = -1;
         break;
       }
-      for (int q = 0; q < N_PROBE_COUNTS && rc == 0; q++) {
-        int dev = adapt_k(pr, S->names[k], &S->p[k], probe_counts[q], c->order, NULL, err);
-        if (dev < 0)
-          rc = -1;
-        else
-          predict_rows(pr, dev, &S->p[k], c->fold, f, vf[k][q], vb[k][q]);
-      }
+      rc = probe_and_predict(c, pr, k, f, vf[k], vb[k], err);
       bt_predictor_free(pr);
     }
   }
@@ -390,7 +394,8 @@ static int run_eval(eval_ctx *c, bt_err *err) {
    * repeatability of the host measurement itself (each set's host time
    * against the median of all base-host sets: the noise floor). */
   printf("\nby layer kind (seen devices pooled; fwd+bwd): kind, samples, MAPE%%, <=10%%, "
-         "<=5%%; then host-time repeatability across the %d sets (<=10%%, <=5%%)\n", n_seen);
+         "<=5%%; then host-time repeatability across the %d sets (<=10%%, <=5%%)\n",
+         n_seen);
   for (int kd = 0; kd < BT_LAYER_KIND_COUNT; kd++) {
     acc a = {0}, rep = {0}, hm = {0};
     for (int j = 0; j < n_seen; j++)
@@ -436,8 +441,8 @@ static int run_eval(eval_ctx *c, bt_err *err) {
       for (int k = 0; k < D; k++) {
         if (S->variant[k] != pass)
           continue;
-        int rows[64], m = adapt_rows(&S->p[k], probe_counts[q] > 10 ? probe_counts[q] : 10,
-                                     c->order, rows);
+        int rows[64],
+            m = adapt_rows(&S->p[k], probe_counts[q] > 10 ? probe_counts[q] : 10, c->order, rows);
         for (int i = 0; i < n; i++)
           mask[i] = 1;
         for (int j = 0; j < m; j++)
@@ -713,7 +718,8 @@ int bt_cmd_predictor(int argc, char **argv) {
       train_fraction = strtod(argv[i + 1], &end);
       if (*end || !(train_fraction > 0 && train_fraction <= 1))
         return bt_cli_fail("predictor", "--train-fraction '%s': expected a number in (0, 1]",
-                           argv[i + 1]) + 1;
+                           argv[i + 1]) +
+               1;
       for (int j = i; j + 2 <= argc; j++) /* drop the pair */
         argv[j] = j + 2 < argc ? argv[j + 2] : NULL;
       argc -= 2;
@@ -737,8 +743,8 @@ int bt_cmd_predictor(int argc, char **argv) {
       if (rc == 0) {
         double dt = bt_cli_now() - t0;
         rc = bt_predictor_save(pr, out, &err);
-        printf("baton predictor fit: %d devices, %d layers each, %.2f s -> %s\n", S.n, S.p[0].n,
-               dt, out);
+        printf("baton predictor fit: %d devices, %d layers each, %.2f s -> %s\n", S.n, S.p[0].n, dt,
+               out);
         printf("%-20s %9s %9s %9s %9s %9s %8s %10s %9s %7s\n", "device (head)", "conv GF/s",
                "dw GF/s", "dense", "elem GB/s", "pool GB/s", "ovh us", "half FLOP", "cache KiB",
                "speedup");
@@ -785,16 +791,17 @@ int bt_cmd_predictor(int argc, char **argv) {
   }
   if (strcmp(sub, "predict") == 0) {
     if (!model_file || !device || !model)
-      return bt_cli_fail("predictor", "predict needs --predictor FILE --device NAME --model M") +
-             1;
+      return bt_cli_fail("predictor", "predict needs --predictor FILE --device NAME --model M") + 1;
     bt_predictor *pr;
     if (bt_predictor_load(model_file, &pr, &err) < 0)
       return bt_cli_fail("predictor", "%s", err.msg);
     int dv = bt_predictor_device(pr, device);
     if (dv < 0) {
       bt_predictor_free(pr);
-      return bt_cli_fail("predictor", "device '%s' is not in %s (fit it in, or adapt it from "
-                                      "probes)", device, model_file);
+      return bt_cli_fail("predictor",
+                         "device '%s' is not in %s (fit it in, or adapt it from "
+                         "probes)",
+                         device, model_file);
     }
     bt_model m;
     char models[4200];
