@@ -177,6 +177,10 @@ static const key keys[] = {
              "With partition explicit: first layer (1-based) of stages 2..N, increasing."),
     ROW_ENUM("clock", clock, "virtual", clocks,
              "virtual (emulated device time), wall (sleep to device time), none (real hardware)."),
+    ROW_STRING("calibration", calibration, "auto", 1,
+               "Host calibration behind the clock: auto (reuse and extend the store in "
+               "~/.cache/baton, or $BATON_CALIBRATION), fresh (measure every run), or a store "
+               "path (docs/devices.md)."),
     ROW_DOUBLE("links.bandwidth_mbps", links_bandwidth_mbps, "0", 0, false, 1e7, false,
                "Bandwidth of every link in Mbit/s; 0 = each sending device's default link."),
     ROW_DOUBLE("links.latency_ms", links_latency_ms, "-1", -1, false, 1e5, false,

@@ -8,6 +8,7 @@ baton=$1
 fails=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+export BATON_CALIBRATION="$tmp/calibration.tsv" # keep the tests out of ~/.cache
 run() { timeout 120 "$@" >"$tmp/out" 2>"$tmp/err"; }
 mpi() { local n=$1; shift; run mpirun -np "$n" --oversubscribe "$@"; }
 
@@ -88,6 +89,26 @@ done
 expect_ok $? report-virtual "6 train rows"
 grep -q "test: epoch 1 (after 6 iterations)" "$tmp/out" || {
   echo "FAIL report-virtual: no test evaluation in the run file"; fails=$((fails + 1)); }
+
+# Calibration store: a second run takes every layer from the store and
+# reports the same emulated iteration time to the last digit.
+emulated() { sed -n 's/^pipeline: \([0-9.]*\) s\/iteration.*/\1/p' "$tmp/out"; }
+mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set calibration="$tmp/store.tsv"
+expect_ok $? calibration-fills-store "calibration: 0 layers from the store $tmp/store.tsv"
+first=$(emulated)
+mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set calibration="$tmp/store.tsv"
+expect_ok $? calibration-reuses-store "0 measured now and added"
+second=$(emulated)
+if [ -n "$first" ] && [ "$first" = "$second" ]; then
+  echo "ok   calibration-reproducible: $first s/iteration twice"
+else
+  echo "FAIL calibration-reproducible: '$first' then '$second'"; fails=$((fails + 1))
+fi
+mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set calibration=fresh
+expect_ok $? calibration-fresh "measured now (fresh; nothing stored)"
+printf 'not a calibration line\n' >"$tmp/bad.tsv"
+mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set calibration="$tmp/bad.tsv"
+expect_fail $? calibration-corrupt "$tmp/bad.tsv:1: not 'HOST<tab>KEY<tab>SECONDS<tab>SECONDS'"
 
 BATON_FAIL_AT=1:3 mpi 3 -x BATON_FAIL_AT "$baton" train "${syn[@]}" \
   --set devices=rpi4,jetson-nano,rpi5 --set output="$tmp/killed.h5"

@@ -50,6 +50,7 @@ static const char *const all_keys[] = {
     "partition",
     "cuts",
     "clock",
+    "calibration",
     "links.bandwidth_mbps",
     "links.latency_ms",
     "links.jitter_ms",

@@ -116,6 +116,11 @@ typedef struct bt_config {
   /* clock: "virtual" (emulated device time), "wall" (sleep to device time) or
    * "none" (real hardware, no emulation). Default "virtual". */
   char clock[BT_CONFIG_ENUM_MAX];
+  /* calibration: where the virtual and wall clocks get the host time of each
+   * layer: "auto" (the default store, bt_calib_default_path: reused when it
+   * holds the layer, measured and added when not), "fresh" (measured every
+   * run, nothing stored) or the path of a store. Default "auto". */
+  char calibration[512];
   /* links.bandwidth_mbps: every link's bandwidth in Mbit/s; 0 = each
    * sender's device default. Default 0. */
   double links_bandwidth_mbps;

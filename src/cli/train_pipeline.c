@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "baton/calib.h"
 #include "baton/config.h"
 #include "baton/data.h"
 #include "baton/device.h"
@@ -25,6 +26,7 @@
 
 typedef struct device_ctx {
   bt_device dev, host;
+  double host_reference_s; /* the calibration reference kernel's best time on this node */
   size_t stage_params;
 } device_ctx;
 
@@ -50,48 +52,6 @@ static double codec_time(void *ctx, double bytes, double host_seconds, long iter
   (void)host_seconds;
   bt_device_op op = {BT_OP_ELEMENTWISE, 0, bytes};
   return bt_device_op_analytic(&d->dev, &op, iteration);
-}
-
-/* Host rates for the device mapping: measured once per node by its first
- * rank while the others wait (ranks sharing cores would disturb each
- * other), best of several repeats, then shared within the node. */
-static void measure_host(MPI_Comm world, bt_host_rates *h) {
-  MPI_Comm node;
-  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int node_rank;
-  MPI_Comm_rank(node, &node_rank);
-  double rates[2] = {0, 0};
-  if (node_rank == 0) {
-    const int n = 256; /* the size the calibration re-measures beside the layers */
-    float *a = calloc((size_t)n * n, sizeof(float)), *b = calloc((size_t)n * n, sizeof(float));
-    float *c = calloc((size_t)n * n, sizeof(float));
-    double best = INFINITY;
-    for (int r = 0; r < 20 && a && b && c; r++) {
-      double t0 = bt_cli_cpu_now();
-      bt_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-      best = fmin(best, bt_cli_cpu_now() - t0);
-    }
-    rates[0] = 2.0 * n * n * (double)n / best / 1e9;
-    const size_t bytes = (size_t)16 << 20;
-    char *src = malloc(bytes), *dst = malloc(bytes);
-    best = INFINITY;
-    for (int r = 0; r < 16 && src && dst; r++) {
-      memset(src, r, bytes);
-      double t0 = bt_cli_cpu_now();
-      memcpy(dst, src, bytes);
-      best = fmin(best, bt_cli_cpu_now() - t0);
-    }
-    rates[1] = 2.0 * (double)bytes / best / 1e9; /* read + write */
-    free(a), free(b), free(c), free(src), free(dst);
-  }
-  bt_mpi_quiet_barrier(node); /* the others sleep while node rank 0 measures */
-  MPI_Bcast(rates, 2, MPI_DOUBLE, 0, node);
-  if (getenv("BATON_DEBUG_CAL") && node_rank == 0)
-    fprintf(stderr, "host rates: sgemm %.2f GFLOP/s, mem %.2f GB/s\n", rates[0], rates[1]);
-  MPI_Comm_free(&node);
-  memset(h, 0, sizeof *h);
-  h->sgemm_gflops = rates[0];
-  h->mem_gbs = rates[1];
 }
 
 static int parse_cuts(const bt_config *c, const bt_model *m, int stages, int *cuts, bt_err *err) {
@@ -145,6 +105,7 @@ typedef struct run {
   int32_t *yb;
   long *order;
   long n_train, n_test;
+  char calib_path[4096], calib_host[512]; /* calib_path "" = measure every run */
 } run;
 
 static int setup_data_and_model(run *r, bt_err *err) {
@@ -172,12 +133,75 @@ static int setup_data_and_model(run *r, bt_err *err) {
   return agree(r->comm, ok);
 }
 
+/* Host rates for the device mapping: from the calibration store when it
+ * holds them, else measured once per node by its first rank while the others
+ * wait (ranks sharing cores would disturb each other), best of several
+ * repeats, then shared within the node (and stored). */
+static void measure_host(const run *r, bt_host_rates *h) {
+  MPI_Comm node;
+  MPI_Comm_split_type(r->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int node_rank;
+  MPI_Comm_rank(node, &node_rank);
+  double rates[2] = {0, 0};
+  bt_calib_store *store = NULL;
+  bt_err err;
+  if (node_rank == 0 && r->calib_path[0] &&
+      bt_calib_load(r->calib_path, r->calib_host, &store, &err) == 0 &&
+      bt_calib_lookup(store, BT_CALIB_HOST_RATES, &rates[0], &rates[1])) {
+    /* stored */
+  } else if (node_rank == 0) {
+    rates[0] = BT_CALIBRATION_REFERENCE_FLOPS / bt_calibration_reference(20) / 1e9;
+    const size_t bytes = (size_t)16 << 20;
+    char *src = malloc(bytes), *dst = malloc(bytes);
+    double best = INFINITY;
+    for (int k = 0; k < 16 && src && dst; k++) {
+      memset(src, k, bytes);
+      double t0 = bt_cli_cpu_now();
+      memcpy(dst, src, bytes);
+      best = fmin(best, bt_cli_cpu_now() - t0);
+    }
+    rates[1] = 2.0 * (double)bytes / best / 1e9; /* read + write */
+    free(src), free(dst);
+    if (r->calib_path[0] && bt_calib_append(r->calib_path, r->calib_host, BT_CALIB_HOST_RATES,
+                                            rates[0], rates[1], &err) < 0)
+      fprintf(stderr, "baton: warning: %s\n", err.msg);
+  }
+  bt_calib_free(store);
+  bt_mpi_quiet_barrier(node); /* the others sleep while node rank 0 measures */
+  MPI_Bcast(rates, 2, MPI_DOUBLE, 0, node);
+  if (getenv("BATON_DEBUG_CAL") && node_rank == 0)
+    fprintf(stderr, "host rates: sgemm %.2f GFLOP/s, mem %.2f GB/s\n", rates[0], rates[1]);
+  MPI_Comm_free(&node);
+  memset(h, 0, sizeof *h);
+  h->sgemm_gflops = rates[0];
+  h->mem_gbs = rates[1];
+}
+
+/* Resolves the `calibration:` setting and checks that the store reads. */
+static int setup_calibration(run *r, bt_err *err) {
+  const char *v = r->cfg->calibration;
+  r->calib_path[0] = 0;
+  if (strcmp(v, "fresh") == 0 || strcmp(r->cfg->clock, "none") == 0)
+    return agree(r->comm, 1);
+  if (strcmp(v, "auto") == 0)
+    bt_calib_default_path(r->calib_path, sizeof r->calib_path);
+  else
+    snprintf(r->calib_path, sizeof r->calib_path, "%s", v);
+  bt_calib_host(bt_gemm_arch(), bt_gemm_threads(), BT_GIT_DESCRIBE, r->calib_host,
+                sizeof r->calib_host);
+  bt_calib_store *store = NULL;
+  const int ok = bt_calib_load(r->calib_path, r->calib_host, &store, err) == 0;
+  bt_calib_free(store);
+  return agree(r->comm, ok);
+}
+
 static int setup_device(run *r, bt_err *err) {
   const bt_config *c = r->cfg;
   char data[4096];
   bt_cli_data_dir(data, sizeof data);
   bt_host_rates h;
-  measure_host(r->comm, &h);
+  measure_host(r, &h);
+  r->dev.host_reference_s = BT_CALIBRATION_REFERENCE_FLOPS / (h.sgemm_gflops * 1e9);
   int ok = bt_device_find(c->devices[r->rank], data, &r->dev.dev, err) == 0 &&
            bt_host_as_device(&h, &r->dev.host, err) == 0;
   if (ok) {
@@ -271,6 +295,9 @@ static int setup_pipeline(run *r, bt_err *err) {
                : strcmp(c->clock, "wall") == 0  ? BT_CLOCK_WALL
                                                 : BT_CLOCK_NONE,
       .calibration_repeats = strcmp(c->clock, "none") == 0 ? 0 : 20,
+      .calibration_reference_s = r->dev.host_reference_s,
+      .calibration_store = r->calib_path[0] ? r->calib_path : NULL,
+      .calibration_host = r->calib_host,
   };
   if (bt_schedule_parse_kind(c->schedule, &pc.schedule, err) < 0)
     return -1;
@@ -400,6 +427,16 @@ static void die(run *r, const bt_err *err) {
  * compute it drives (framework overhead). */
 static void summarize(run *r, long steps, double emu_total, double cpu_compute,
                       double cpu_overhead) {
+  int cal[2], cal_all[2] = {0, 0};
+  bt_pipeline_calibration_counts(r->pipe, &cal[0], &cal[1]);
+  MPI_Reduce(cal, cal_all, 2, MPI_INT, MPI_SUM, 0, r->comm);
+  if (r->rank == 0 && strcmp(r->cfg->clock, "none") != 0) {
+    if (r->calib_path[0])
+      printf("calibration: %d layers from the store %s, %d measured now and added\n", cal_all[0],
+             r->calib_path, cal_all[1]);
+    else
+      printf("calibration: %d layers measured now (fresh; nothing stored)\n", cal_all[1]);
+  }
   bt_stage_costs mine = bt_pipeline_stage_costs(r->pipe);
   double v[7] = {mine.fwd,       mine.bwd,    mine.optim,  mine.act_comm,
                  mine.grad_comm, cpu_compute, cpu_overhead};
@@ -558,8 +595,8 @@ int bt_cli_train_pipeline(bt_config *cfg) {
   MPI_Comm_size(r.comm, &r.size);
   bt_err err = {{0}};
   int rc = 1;
-  if (setup_data_and_model(&r, &err) < 0 || setup_device(&r, &err) < 0 ||
-      setup_pipeline(&r, &err) < 0 || open_runlog(&r, &err) < 0) {
+  if (setup_data_and_model(&r, &err) < 0 || setup_calibration(&r, &err) < 0 ||
+      setup_device(&r, &err) < 0 || setup_pipeline(&r, &err) < 0 || open_runlog(&r, &err) < 0) {
     /* One line from the lowest rank that failed itself (others only know
      * that somebody failed). */
     int mine = err.msg[0] && !strstr(err.msg, "another rank failed") ? r.rank : r.size, first;
