@@ -270,6 +270,24 @@ int bt_plan_evaluate(const bt_plan_problem *p, bt_plan *plan, bt_err *err) {
 
 /* ---- minimum memory scale: bottleneck DP of memory / capacity ---- */
 
+/* Whether a plan may start on device d with device set U, and whether a
+ * stage on d may be followed by one on e, under p->device_use. */
+static int root_allowed(const ctx *c, size_t U, int d) {
+  const size_t all = ((size_t)1 << c->D) - 1;
+  switch (c->p->device_use) {
+  case BT_PLAN_ALL_DEVICES:
+    return U == all;
+  case BT_PLAN_DEVICES_IN_ORDER:
+    return U == all && d == 0;
+  default:
+    return 1;
+  }
+}
+
+static int next_allowed(const ctx *c, int d, int e) {
+  return c->p->device_use != BT_PLAN_DEVICES_IN_ORDER || e == d + 1;
+}
+
 static double ratio_of(double mem, double capacity) {
   if (mem <= 0.0)
     return 0.0;
@@ -308,7 +326,7 @@ static int min_scale_ctx(const ctx *c, double *scale, bt_err *err) {
             if (x >= *v)
               break; /* memory grows with j */
             for (int e = 0; e < D; e++)
-              if (V & (1u << e)) {
+              if ((V & (1u << e)) && next_allowed(c, d, e)) {
                 double y = R[((size_t)j * nU + V) * D + e];
                 double m = x > y ? x : y;
                 if (m < *v)
@@ -316,7 +334,7 @@ static int min_scale_ctx(const ctx *c, double *scale, bt_err *err) {
               }
           }
         }
-        if (i == 0 && *v < best)
+        if (i == 0 && *v < best && root_allowed(c, U, d))
           best = *v;
       }
     }
@@ -340,7 +358,10 @@ static int no_fit(const ctx *c, bt_err *err) {
     return -1;
   if (!isfinite(s))
     return bt_err_set(err, "partition: no plan fits in memory at any scale (some layer needs "
-                      "memory and no device capacity is > 0)");
+                      "memory and no device capacity is > 0%s)",
+                      c->p->device_use != BT_PLAN_ANY_DEVICES && c->L < c->D
+                          ? ", or fewer layers than devices that must all be used"
+                          : "");
   return bt_err_set(err, "partition: no plan fits in memory (scale %.4g); the smallest memory "
                     "scale with which some plan fits is %.6g x every device's capacity",
                     c->scale, s);
@@ -509,7 +530,7 @@ static void node(bb *t, int depth, int i, size_t U, int d, double pp, double xx)
     stage_time(c, d, i, j, &f, &b);
     double xs = stage_x(c, f, b, r);
     for (int e = 0; e < D; e++) {
-      if (!(V & (1u << e)))
+      if (!(V & (1u << e)) || !next_allowed(c, d, e))
         continue;
       size_t ck = sidx(t, j, V, e);
       if (!isfinite(t->X[ck]))
@@ -578,7 +599,7 @@ int bt_plan_search(const bt_plan_problem *p, bt_plan *out, bt_plan_stats *stats,
   for (size_t U = 1; U < t.nU; U++)
     for (int d = 0; d < c.D; d++) {
       size_t k = sidx(&t, 0, U, d);
-      if ((U & (1u << d)) && isfinite(t.X[k]))
+      if ((U & (1u << d)) && isfinite(t.X[k]) && root_allowed(&c, U, d))
         roots[nr++] = (root){(double)t.P[k] + (c.M - 1) * (double)t.X[k], (uint32_t)U, d};
     }
   if (nr == 0) {
@@ -650,7 +671,8 @@ static void brute_cuts(brute *bf, int s) {
 
 static void brute_devs(brute *bf, int s, unsigned used) {
   bt_plan *pl = &bf->cur;
-  if (s > 0 && s <= bf->c->L) {
+  const int complete = bf->c->p->device_use == BT_PLAN_ANY_DEVICES || s == bf->c->D;
+  if (s > 0 && s <= bf->c->L && complete) {
     pl->n_stages = s;
     pl->first[0] = 0;
     pl->first[s] = bf->c->L;
@@ -662,7 +684,8 @@ static void brute_devs(brute *bf, int s, unsigned used) {
   if (s == bf->c->D || s >= bf->c->L)
     return;
   for (int d = 0; d < bf->c->D && !bf->failed; d++)
-    if (!(used & (1u << d))) {
+    if (!(used & (1u << d)) && (s == 0 ? d == 0 || bf->c->p->device_use != BT_PLAN_DEVICES_IN_ORDER
+                                       : next_allowed(bf->c, pl->device[s - 1], d))) {
       pl->device[s] = d;
       brute_devs(bf, s + 1, used | (1u << d));
     }

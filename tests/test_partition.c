@@ -317,3 +317,37 @@ Test(partition, plan_50x8_1f1b) { timed(50, 8, BT_SCHED_1F1B, 8); }
 Test(partition, plan_50x8_1f1b_m2) { timed(50, 8, BT_SCHED_1F1B, 2); }
 Test(partition, plan_16x16_1f1b) { timed(16, 16, BT_SCHED_1F1B, 8); }
 Test(partition, plan_16x16_gpipe) { timed(16, 16, BT_SCHED_GPIPE, 8); }
+
+/* The device-use restrictions: search = brute force, and the plan obeys them. */
+Test(partition, device_use_restrictions_equal_brute_force) {
+  static const bt_plan_device_use uses[] = {BT_PLAN_ALL_DEVICES, BT_PLAN_DEVICES_IN_ORDER};
+  int trials = 0, infeasible = 0;
+  for (int rep = 0; rep < 40; rep++)
+    for (int u = 0; u < 2; u++) {
+      prob q;
+      int L = 2 + (int)(urand() * 7), D = 1 + (int)(urand() * 4);
+      make_random(&q, L, D, rep % 2 ? BT_SCHED_1F1B : BT_SCHED_GPIPE, 1 + rep % 5, rep % 3 == 0);
+      q.p.device_use = uses[u];
+      bt_plan a, b;
+      bt_err ea = {{0}}, eb = {{0}};
+      int ra = bt_plan_search(&q.p, &a, NULL, &ea);
+      int rb = bt_plan_brute_force(&q.p, &b, &eb);
+      cr_assert_eq(ra, rb, "L=%d D=%d use %d: search %d (%s) vs brute %d (%s)", L, D, u, ra,
+                   ea.msg, rb, eb.msg);
+      trials++;
+      if (ra < 0) {
+        infeasible++;
+        cr_assert_str_eq(ea.msg, eb.msg);
+        continue;
+      }
+      cr_assert(fabs(a.iter_time - b.iter_time) <= 1e-9 * b.iter_time,
+                "L=%d D=%d use %d: search %.12g vs brute force %.12g", L, D, u, a.iter_time,
+                b.iter_time);
+      check_plan(&q, &a);
+      if (L >= D)
+        cr_assert_eq(a.n_stages, D, "a device was left unused");
+      for (int s = 0; uses[u] == BT_PLAN_DEVICES_IN_ORDER && s < a.n_stages; s++)
+        cr_assert_eq(a.device[s], s, "stage %d runs on device %d", s, a.device[s]);
+    }
+  cr_assert_lt(infeasible, trials / 2);
+}

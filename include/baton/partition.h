@@ -31,6 +31,15 @@
 #define BT_PLAN_MAX_DEVICES 16
 #define BT_PLAN_DEFAULT_NODES 200000L
 
+/* Which devices a plan may use. The runtime runs one stage per rank, so
+ * `baton train` plans with BT_PLAN_DEVICES_IN_ORDER; `baton plan` also shows
+ * what the freer choices would give. */
+typedef enum bt_plan_device_use {
+  BT_PLAN_ANY_DEVICES = 0,  /* any subset in any order (devices may stay unused) */
+  BT_PLAN_ALL_DEVICES,      /* every device runs one stage, in any order */
+  BT_PLAN_DEVICES_IN_ORDER, /* every device runs one stage, stage s on device s */
+} bt_plan_device_use;
+
 /* Device-major matrices: x[d * n_layers + l]; device pairs: x[a * n_devices + b]. */
 typedef struct bt_plan_problem {
   int n_layers, n_devices;      /* 1 <= n_devices <= BT_PLAN_MAX_DEVICES */
@@ -47,6 +56,7 @@ typedef struct bt_plan_problem {
   bt_schedule_kind kind;
   int micro;                    /* micro-batches per iteration, >= 1 */
   double mem_scale;             /* factor on every capacity; 0 means 1 */
+  bt_plan_device_use device_use; /* default: any */
   long max_nodes;               /* branch-and-bound node budget; 0 = BT_PLAN_DEFAULT_NODES,
                                    < 0 = unlimited (always exact) */
   /* Only for bt_plan_flops: */
