@@ -60,7 +60,7 @@ static void make(prob *q, int L, int D, bt_schedule_kind kind, int M, const doub
 
 /* Random heterogeneous problem; tight memory when `tight`. */
 static void make_random(prob *q, int L, int D, bt_schedule_kind kind, int M, int tight) {
-  double speed[MD];
+  double speed[MD] = {0};
   for (int d = 0; d < D; d++)
     speed[d] = 0.3 + 3.0 * urand();
   make(q, L, D, kind, M, speed);
