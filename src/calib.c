@@ -4,11 +4,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "baton/gemm.h"
+#include "baton/rng.h"
 
 typedef struct entry {
   char *key;
@@ -227,4 +232,170 @@ void bt_calib_default_path(char *buf, size_t n) {
     snprintf(buf, n, "%s/baton/calibration.tsv", xdg);
   else
     snprintf(buf, n, "%s/.cache/baton/calibration.tsv", home && *home ? home : ".");
+}
+
+/* ---- measuring ---- */
+
+static double thread_cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double mono_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double bt_calib_reference(int repeats) {
+  enum { n = 256 };
+  static float a[n * n], b[n * n], c[n * n];
+  double best = INFINITY;
+  for (int r = 0; r < repeats; r++) {
+    const double t0 = thread_cpu_now();
+    bt_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    best = fmin(best, thread_cpu_now() - t0);
+  }
+  return best;
+}
+
+void bt_calib_measure_host_rates(double *sgemm_gflops, double *mem_gbs) {
+  *sgemm_gflops = BT_CALIB_REFERENCE_FLOPS / bt_calib_reference(20) / 1e9;
+  const size_t bytes = (size_t)16 << 20;
+  char *src = malloc(bytes), *dst = malloc(bytes);
+  double best = INFINITY;
+  for (int k = 0; k < 16 && src && dst; k++) {
+    memset(src, k, bytes);
+    const double t0 = thread_cpu_now();
+    memcpy(dst, src, bytes);
+    best = fmin(best, thread_cpu_now() - t0);
+  }
+  *mem_gbs = 2.0 * (double)bytes / best / 1e9; /* read + write */
+  free(src), free(dst);
+}
+
+int bt_calib_host_rates(const char *store, const char *host, double *sgemm_gflops, double *mem_gbs,
+                        bt_err *err) {
+  bt_calib_store *s = NULL;
+  if (store && bt_calib_load(store, host, &s, err) < 0)
+    return -1;
+  const int found = bt_calib_lookup(s, BT_CALIB_HOST_RATES, sgemm_gflops, mem_gbs);
+  bt_calib_free(s);
+  if (found)
+    return 0;
+  bt_calib_measure_host_rates(sgemm_gflops, mem_gbs);
+  bt_err werr;
+  if (store &&
+      bt_calib_append(store, host, BT_CALIB_HOST_RATES, *sgemm_gflops, *mem_gbs, &werr) < 0)
+    fprintf(stderr, "baton: warning: %s\n", werr.msg);
+  return 0;
+}
+
+static float *zeroed_floats(size_t n) {
+  size_t bytes = ((n + 16) * sizeof(float) + 63) & ~(size_t)63;
+  float *b = aligned_alloc(64, bytes);
+  if (b)
+    memset(b, 0, bytes);
+  return b;
+}
+
+/* Times every layer of the stage `repeats` times and keeps the minimum host
+ * thread-CPU seconds: the minimum moves by under 2% when another process
+ * shares the core, the mean by 20%. The host core's clock speed moves by
+ * 100 MHz steps (3% here) with the load of the machine, so with a reference
+ * time each pass is also expressed in units of the reference kernel timed
+ * just before and after it. */
+static int measure_stage(bt_stage *s, const bt_model *m, int mb, const bt_calib_options *o,
+                         double *fwd, double *bwd, double *cpu_share, bt_err *err) {
+  const int n = s->last - s->first;
+  const bt_shape in_shape = s->first == 0 ? m->input : m->layers[s->first - 1].out;
+  const size_t in_elems = bt_shape_elems(in_shape) * (size_t)mb;
+  const size_t out_elems = bt_shape_elems(bt_stage_out_shape(s)) * (size_t)mb;
+  const int first = s->first == 0, last = s->last == m->n_layers;
+  float *state = malloc((s->n_state + 1) * sizeof(float));
+  float *in = zeroed_floats(in_elems), *dout = zeroed_floats(out_elems);
+  float *din = zeroed_floats(in_elems);
+  int32_t *labels = calloc((size_t)mb, sizeof(int32_t));
+  double *f = calloc((size_t)n, sizeof(double)), *b = calloc((size_t)n, sizeof(double));
+  if (!state || !in || !dout || !din || !labels || !f || !b) {
+    free(state), free(in), free(dout), free(din), free(labels), free(f), free(b);
+    return bt_err_set(err, "out of memory for calibration");
+  }
+  for (int k = 0; k < n; k++)
+    fwd[k] = bwd[k] = INFINITY;
+  memcpy(state, s->state, s->n_state * sizeof(float));
+  bt_rng rng;
+  bt_rng_seed(&rng, o->seed, 0xca1);
+  for (size_t i = 0; i < in_elems; i++)
+    in[i] = bt_rng_normal(&rng);
+  for (size_t i = 0; i < out_elems; i++)
+    dout[i] = 1e-3f * bt_rng_normal(&rng);
+  s->layer_fwd_s = f;
+  s->layer_bwd_s = b;
+  const int saved_clock = s->timing_clock;
+  s->timing_clock = CLOCK_THREAD_CPUTIME_ID;
+  const double wall0 = mono_now(), cpu0 = thread_cpu_now();
+  for (int r = 0; r < o->repeats + 1; r++) { /* +1: warm-up */
+    memset(f, 0, n * sizeof(double));
+    memset(b, 0, n * sizeof(double));
+    bt_exec x = {.training = 1,
+                 .seed = o->seed,
+                 .labels = labels,
+                 .loss_scale = 1.0f / (float)(o->batch_size > 0 ? o->batch_size : mb)};
+    const double ref_before = o->ref_seconds > 0 ? bt_calib_reference(3) : 0;
+    bt_stage_forward(s, 0, in, mb, &x);
+    bt_stage_backward(s, 0, in, last ? NULL : dout, first ? NULL : din, mb, &x);
+    const double ref_after = o->ref_seconds > 0 ? bt_calib_reference(3) : 0;
+    const double scale = o->ref_seconds > 0 ? 2 * o->ref_seconds / (ref_before + ref_after) : 1;
+    for (int k = 0; r > 0 && k < n; k++) {
+      fwd[k] = fmin(fwd[k], f[k] * scale);
+      bwd[k] = fmin(bwd[k], b[k] * scale);
+    }
+  }
+  const double wall = mono_now() - wall0, cpu = thread_cpu_now() - cpu0;
+  *cpu_share = wall > 0 ? cpu / wall : 1;
+  s->timing_clock = saved_clock;
+  s->layer_fwd_s = s->layer_bwd_s = NULL;
+  memcpy(s->state, state, s->n_state * sizeof(float));
+  bt_stage_zero_grad(s);
+  free(state), free(in), free(dout), free(din), free(labels), free(f), free(b);
+  return 0;
+}
+
+int bt_calib_stage(bt_stage *s, const bt_model *m, int micro_batch, const bt_calib_options *o,
+                   double *fwd, double *bwd, bt_calib_result *res, bt_err *err) {
+  const int n = s->last - s->first;
+  memset(res, 0, sizeof *res);
+  res->cpu_share = 1;
+  if (o->repeats < 1)
+    return bt_err_set(err, "calibration needs at least 1 repeat (got %d)", o->repeats);
+  bt_calib_store *store = NULL;
+  char(*keys)[1024] = calloc((size_t)n, sizeof *keys);
+  double *sf = calloc((size_t)n, sizeof(double)), *sb = calloc((size_t)n, sizeof(double));
+  int rc = keys && sf && sb ? 0 : bt_err_set(err, "out of memory for calibration");
+  if (rc == 0 && o->store && bt_calib_load(o->store, o->host, &store, err) < 0)
+    rc = -1;
+  int found = 0;
+  for (int k = 0; rc == 0 && k < n; k++) {
+    const int i = s->first + k;
+    bt_calib_layer_key(&m->layers[i], micro_batch, i == 0, keys[k], sizeof keys[k]);
+    sf[k] = sb[k] = NAN;
+    found += bt_calib_lookup(store, keys[k], &sf[k], &sb[k]);
+  }
+  if (rc == 0 && found < n)
+    rc = measure_stage(s, m, micro_batch, o, fwd, bwd, &res->cpu_share, err);
+  for (int k = 0; rc == 0 && k < n; k++) {
+    if (!isnan(sf[k])) { /* stored figures win: every run that reuses them agrees */
+      fwd[k] = sf[k], bwd[k] = sb[k];
+      res->stored++;
+      continue;
+    }
+    res->measured++;
+    if (o->store && bt_calib_append(o->store, o->host, keys[k], fwd[k], bwd[k], err) < 0)
+      rc = -1;
+  }
+  bt_calib_free(store);
+  free(keys), free(sf), free(sb);
+  return rc;
 }

@@ -9,7 +9,6 @@
 
 #include "baton/calib.h"
 #include "baton/codec.h"
-#include "baton/gemm.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -224,130 +223,37 @@ static double stage_device_time(bt_pipeline *p, int pass, const double *host_lay
 
 /* ---- calibration ------------------------------------------------------ */
 
-double bt_calibration_reference(int repeats) {
-  enum { n = 256 };
-  static float a[n * n], b[n * n], c[n * n];
-  double best = INFINITY;
-  for (int r = 0; r < repeats; r++) {
-    const double t0 = thread_cpu_now();
-    bt_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-    best = fmin(best, thread_cpu_now() - t0);
-  }
-  return best;
-}
-
-/* Times every layer of the stage on one micro-batch `repeats` times and keeps
- * the minimum host thread-CPU seconds: the minimum moves by under 2% when
- * another process shares the core, the mean by 20%. The host core's clock
- * speed moves by 100 MHz steps (3% here) with the load of the machine, so
- * with a reference time each pass is also expressed in units of the
- * reference kernel timed just before and after it. Weights, state and
- * gradients are left as they were. */
-static int measure_calibration(bt_pipeline *p, bt_err *err) {
-  bt_stage *s = &p->stage;
-  const int n = s->last - s->first;
-  for (int k = 0; k < n; k++)
-    p->cal_fwd[k] = p->cal_bwd[k] = INFINITY;
-  float *state = malloc((s->n_state + 1) * sizeof(float));
-  float *in = alloc_msg(p->in_elems), *dout = alloc_msg(p->out_elems);
-  float *din = alloc_msg(p->in_elems);
-  int32_t *labels = calloc((size_t)p->mb, sizeof(int32_t));
-  double *f = calloc((size_t)n, sizeof(double)), *b = calloc((size_t)n, sizeof(double));
-  if (!state || !in || !dout || !din || !labels || !f || !b) {
-    free(state), free(in), free(dout), free(din), free(labels), free(f), free(b);
-    return bt_err_set(err, "rank %d: out of memory for calibration", p->rank);
-  }
-  memcpy(state, s->state, s->n_state * sizeof(float));
-  bt_rng rng;
-  bt_rng_seed(&rng, p->cfg.seed, 0xca1);
-  for (size_t i = 0; i < p->in_elems; i++)
-    in[i] = bt_rng_normal(&rng);
-  for (size_t i = 0; i < p->out_elems; i++)
-    dout[i] = 1e-3f * bt_rng_normal(&rng);
-  s->layer_fwd_s = f;
-  s->layer_bwd_s = b;
-  s->timing_clock = CLOCK_THREAD_CPUTIME_ID;
-  const double ref_nominal = p->cfg.calibration_reference_s;
-  const double wall0 = mono_now(), cpu0 = thread_cpu_now();
-  for (int r = 0; r < p->cfg.calibration_repeats + 1; r++) { /* +1: warm-up */
-    memset(f, 0, n * sizeof(double));
-    memset(b, 0, n * sizeof(double));
-    bt_exec x = {.training = 1,
-                 .seed = p->cfg.seed,
-                 .labels = labels,
-                 .loss_scale = 1.0f / (float)p->cfg.batch_size};
-    const double ref_before = ref_nominal > 0 ? bt_calibration_reference(3) : 0;
-    bt_stage_forward(s, 0, in, p->mb, &x);
-    bt_stage_backward(s, 0, in, last_stage(p) ? NULL : dout, first_stage(p) ? NULL : din, p->mb,
-                      &x);
-    const double ref_after = ref_nominal > 0 ? bt_calibration_reference(3) : 0;
-    const double scale = ref_nominal > 0 ? 2 * ref_nominal / (ref_before + ref_after) : 1;
-    for (int k = 0; r > 0 && k < n; k++) {
-      p->cal_fwd[k] = fmin(p->cal_fwd[k], f[k] * scale);
-      p->cal_bwd[k] = fmin(p->cal_bwd[k], b[k] * scale);
-    }
-  }
-  const double wall = mono_now() - wall0, cpu = thread_cpu_now() - cpu0;
-  if (wall > 1.25 * cpu && p->cfg.calibration_store)
-    fprintf(stderr,
-            "baton: warning: rank %d calibrated while its core was shared (%.0f%% of the wall "
-            "time on the CPU); the store %s keeps these figures: delete it and rerun on a quiet "
-            "machine if they look slow\n",
-            p->rank, 100 * cpu / wall, p->cfg.calibration_store);
-  s->layer_fwd_s = s->layer_bwd_s = NULL;
-  memcpy(s->state, state, s->n_state * sizeof(float));
-  bt_stage_zero_grad(s);
-  free(state), free(in), free(dout), free(din), free(labels), free(f), free(b);
-  return 0;
-}
-
-/* Prefixes err's message with the rank. */
-static int rank_err(const bt_pipeline *p, bt_err *err) {
-  char msg[sizeof err->msg];
-  memcpy(msg, err->msg, sizeof msg);
-  return bt_err_set(err, "rank %d: %s", p->rank, msg);
-}
-
-/* The stage's calibration: each layer's entry in the store when there is
- * one, otherwise measured (and added to the store). */
+/* The stage's calibration (calib.h): each layer's store entry when there is
+ * one, otherwise measured and added to the store. */
 static int calibrate(bt_pipeline *p, bt_err *err) {
-  const bt_stage *s = &p->stage;
+  bt_stage *s = &p->stage;
   const int n = s->last - s->first;
   if (p->cfg.calibration_repeats <= 0) {
     for (int k = 0; k < n; k++)
       p->cal_fwd[k] = p->cal_bwd[k] = INFINITY;
     return 0;
   }
-  const char *path = p->cfg.calibration_store, *host = p->cfg.calibration_host;
-  bt_calib_store *store = NULL;
-  char(*keys)[1024] = calloc((size_t)n, sizeof *keys);
-  double *sf = calloc((size_t)n, sizeof(double)), *sb = calloc((size_t)n, sizeof(double));
-  int rc =
-      keys && sf && sb ? 0 : bt_err_set(err, "rank %d: out of memory for calibration", p->rank);
-  if (rc == 0 && path && bt_calib_load(path, host, &store, err) < 0)
-    rc = rank_err(p, err);
-  int found = 0;
-  for (int k = 0; rc == 0 && k < n; k++) {
-    const int i = s->first + k;
-    bt_calib_layer_key(&p->cfg.model->layers[i], p->mb, i == 0, keys[k], sizeof keys[k]);
-    sf[k] = sb[k] = NAN;
-    found += bt_calib_lookup(store, keys[k], &sf[k], &sb[k]);
+  const bt_calib_options o = {.repeats = p->cfg.calibration_repeats,
+                              .ref_seconds = p->cfg.calibration_reference_s,
+                              .seed = p->cfg.seed,
+                              .batch_size = p->cfg.batch_size,
+                              .store = p->cfg.calibration_store,
+                              .host = p->cfg.calibration_host};
+  bt_calib_result res;
+  if (bt_calib_stage(s, p->cfg.model, p->mb, &o, p->cal_fwd, p->cal_bwd, &res, err) < 0) {
+    char msg[sizeof err->msg];
+    memcpy(msg, err->msg, sizeof msg);
+    return bt_err_set(err, "rank %d: %s", p->rank, msg);
   }
-  if (rc == 0 && found < n)
-    rc = measure_calibration(p, err);
-  for (int k = 0; rc == 0 && k < n; k++) {
-    if (!isnan(sf[k])) { /* stored figures win: every run that reuses them agrees */
-      p->cal_fwd[k] = sf[k], p->cal_bwd[k] = sb[k];
-      p->cal_stored++;
-      continue;
-    }
-    p->cal_measured++;
-    if (path && bt_calib_append(path, host, keys[k], p->cal_fwd[k], p->cal_bwd[k], err) < 0)
-      rc = rank_err(p, err);
-  }
-  bt_calib_free(store);
-  free(keys), free(sf), free(sb);
-  if (rc == 0 && getenv("BATON_DEBUG_CAL")) {
+  p->cal_stored = res.stored;
+  p->cal_measured = res.measured;
+  if (res.measured > 0 && res.cpu_share < 0.8 && o.store)
+    fprintf(stderr,
+            "baton: warning: rank %d calibrated while its core was shared (%.0f%% of the wall "
+            "time on the CPU); the store %s keeps these figures: delete it and rerun on a quiet "
+            "machine if they look slow\n",
+            p->rank, 100 * res.cpu_share, o.store);
+  if (getenv("BATON_DEBUG_CAL")) {
     double tf = 0, tb = 0;
     for (int k = 0; k < n; k++)
       tf += p->cal_fwd[k], tb += p->cal_bwd[k];
@@ -358,7 +264,7 @@ static int calibrate(bt_pipeline *p, bt_err *err) {
         fprintf(stderr, "rank %d layer %d %s fwd %.1f bwd %.1f us\n", p->rank, s->first + k,
                 p->cfg.model->layers[s->first + k].name, 1e6 * p->cal_fwd[k], 1e6 * p->cal_bwd[k]);
   }
-  return rc;
+  return 0;
 }
 
 void bt_pipeline_calibration_counts(const bt_pipeline *p, int *stored, int *measured) {

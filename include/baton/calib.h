@@ -20,8 +20,11 @@
 
 #include <stddef.h>
 
+#include <stdint.h>
+
 #include "baton/err.h"
 #include "baton/layers.h"
+#include "baton/model.h"
 
 #define BT_CALIB_HOST_RATES "#host-rates"
 
@@ -46,6 +49,46 @@ void bt_calib_free(bt_calib_store *s);
  * finite and positive. */
 int bt_calib_append(const char *path, const char *host, const char *key, double a, double b,
                     bt_err *err);
+
+/* ---- measuring ---- */
+
+/* Flops of the reference kernel, a 256^3 sgemm (its operands, 768 KiB, stay
+ * in cache, so its time follows the core's clock speed), and its best
+ * thread-CPU seconds over `repeats` runs. */
+#define BT_CALIB_REFERENCE_FLOPS (2.0 * 256 * 256 * 256)
+double bt_calib_reference(int repeats);
+
+/* Host rates: sgemm GFLOP/s (the reference kernel, best of 20) and memory
+ * GB/s (a 16 MiB memcpy, read + write, best of 16). */
+void bt_calib_measure_host_rates(double *sgemm_gflops, double *mem_gbs);
+
+/* How a stage calibrates. */
+typedef struct bt_calib_options {
+  int repeats;        /* timed passes (the minimum is kept), >= 1; one warm-up pass precedes */
+  double ref_seconds; /* > 0: rescale each pass to this reference-kernel time (see .c) */
+  uint64_t seed;      /* inputs' random stream */
+  int batch_size;     /* whole batch (the loss scale), >= micro_batch */
+  const char *store;  /* store to reuse and extend; NULL = measure, store nothing */
+  const char *host;   /* fingerprint of the store's entries (bt_calib_host) */
+} bt_calib_options;
+
+typedef struct bt_calib_result {
+  int stored, measured; /* layers taken from the store / measured now */
+  double cpu_share;     /* thread-CPU / wall time while measuring (1 = had the core) */
+} bt_calib_result;
+
+/* Host thread-CPU seconds of forward and backward of every layer of stage
+ * `s` of `m` on one micro-batch: each layer's store entry when there is one,
+ * else measured (minimum over the passes) and appended. Weights, state and
+ * gradients of the stage are left as they were. fwd and bwd have
+ * s->last - s->first entries. */
+int bt_calib_stage(bt_stage *s, const bt_model *m, int micro_batch, const bt_calib_options *o,
+                   double *fwd, double *bwd, bt_calib_result *res, bt_err *err);
+
+/* Host rates from the store (key BT_CALIB_HOST_RATES) or measured and
+ * appended; store NULL = measured. Store write failures are warnings. */
+int bt_calib_host_rates(const char *store, const char *host, double *sgemm_gflops, double *mem_gbs,
+                        bt_err *err);
 
 /* The default store: $BATON_CALIBRATION, else $XDG_CACHE_HOME/baton/
  * calibration.tsv, else $HOME/.cache/baton/calibration.tsv. */

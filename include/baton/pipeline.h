@@ -53,7 +53,7 @@ typedef struct bt_pipeline_config {
    * frame), measured as host_seconds; NULL = host time. */
   double (*codec_time)(void *ctx, double bytes, double host_seconds, long iteration);
   int calibration_repeats; /* per-layer calibration passes (min taken); 0 = none */
-  /* Host seconds of the reference kernel (bt_calibration_reference) that the
+  /* Host seconds of the reference kernel (bt_calib_reference) that the
    * device mapping's host rates assume. When > 0 the calibration times that
    * kernel beside every pass and expresses each layer's time in units of it,
    * so that the host core's speed at the moment (frequency shifts, a
@@ -65,12 +65,6 @@ typedef struct bt_pipeline_config {
 } bt_pipeline_config;
 
 typedef struct bt_pipeline bt_pipeline;
-
-/* Flops of the calibration's reference kernel, a 256^3 sgemm (its operands,
- * 768 KiB, stay in cache, so its time follows the core's clock speed), and
- * its best thread-CPU seconds over `repeats` runs. */
-#define BT_CALIBRATION_REFERENCE_FLOPS (2.0 * 256 * 256 * 256)
-double bt_calibration_reference(int repeats);
 
 /* How many of this rank's layers took their calibration from the store and
  * how many were measured in this run. */

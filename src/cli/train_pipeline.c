@@ -143,30 +143,13 @@ static void measure_host(const run *r, bt_host_rates *h) {
   int node_rank;
   MPI_Comm_rank(node, &node_rank);
   double rates[2] = {0, 0};
-  bt_calib_store *store = NULL;
   bt_err err;
-  if (node_rank == 0 && r->calib_path[0] &&
-      bt_calib_load(r->calib_path, r->calib_host, &store, &err) == 0 &&
-      bt_calib_lookup(store, BT_CALIB_HOST_RATES, &rates[0], &rates[1])) {
-    /* stored */
-  } else if (node_rank == 0) {
-    rates[0] = BT_CALIBRATION_REFERENCE_FLOPS / bt_calibration_reference(20) / 1e9;
-    const size_t bytes = (size_t)16 << 20;
-    char *src = malloc(bytes), *dst = malloc(bytes);
-    double best = INFINITY;
-    for (int k = 0; k < 16 && src && dst; k++) {
-      memset(src, k, bytes);
-      double t0 = bt_cli_cpu_now();
-      memcpy(dst, src, bytes);
-      best = fmin(best, bt_cli_cpu_now() - t0);
-    }
-    rates[1] = 2.0 * (double)bytes / best / 1e9; /* read + write */
-    free(src), free(dst);
-    if (r->calib_path[0] && bt_calib_append(r->calib_path, r->calib_host, BT_CALIB_HOST_RATES,
-                                            rates[0], rates[1], &err) < 0)
-      fprintf(stderr, "baton: warning: %s\n", err.msg);
+  if (node_rank == 0 && bt_calib_host_rates(r->calib_path[0] ? r->calib_path : NULL, r->calib_host,
+                                            &rates[0], &rates[1], &err) < 0) {
+    /* setup_calibration read the store already; a file that broke since is measured around */
+    fprintf(stderr, "baton: warning: %s; measuring the host rates\n", err.msg);
+    bt_calib_measure_host_rates(&rates[0], &rates[1]);
   }
-  bt_calib_free(store);
   bt_mpi_quiet_barrier(node); /* the others sleep while node rank 0 measures */
   MPI_Bcast(rates, 2, MPI_DOUBLE, 0, node);
   if (getenv("BATON_DEBUG_CAL") && node_rank == 0)
@@ -201,7 +184,7 @@ static int setup_device(run *r, bt_err *err) {
   bt_cli_data_dir(data, sizeof data);
   bt_host_rates h;
   measure_host(r, &h);
-  r->dev.host_reference_s = BT_CALIBRATION_REFERENCE_FLOPS / (h.sgemm_gflops * 1e9);
+  r->dev.host_reference_s = BT_CALIB_REFERENCE_FLOPS / (h.sgemm_gflops * 1e9);
   int ok = bt_device_find(c->devices[r->rank], data, &r->dev.dev, err) == 0 &&
            bt_host_as_device(&h, &r->dev.host, err) == 0;
   if (ok) {
