@@ -122,7 +122,8 @@ static const char *const optimizer_names[] = {"sgd", NULL};
 static const char *const blis_archs[] = {"auto", "skx", "haswell", "sandybridge", "generic", NULL};
 static const char *const progress_modes[] = {"auto", "always", "never", NULL};
 static const char *const schedules[] = {"gpipe", "1f1b", NULL};
-static const char *const partitions[] = {"even", "explicit", NULL};
+static const char *const partitions[] = {"predicted", "even",   "params",   "flops",
+                                         "profiled",  "oracle", "explicit", NULL};
 static const char *const clocks[] = {"virtual", "wall", "none", NULL};
 
 /* Every key, in the order help and dumps show them. */
@@ -171,8 +172,11 @@ static const key keys[] = {
              "Device names, e.g. [jetson-nano, rpi4]; empty = none."),
     ROW_ENUM("schedule", schedule, "1f1b", schedules,
              "Pipeline schedule: gpipe (fill-drain) or 1f1b (PipeDream-Flush)."),
-    ROW_ENUM("partition", partition, "even", partitions,
-             "Stage cuts: even (equal layer counts) or explicit (see cuts)."),
+    ROW_ENUM("partition", partition, "predicted", partitions,
+             "Stage cuts: predicted (latency predictor + exact search, AccEPT), even (equal "
+             "layer counts), params (balanced parameters), flops (FLOPs by device peak), "
+             "profiled (every layer timed on every device first, PipeDream), oracle (true "
+             "device times), explicit (see cuts). See docs/partition.md."),
     ROW_LIST("cuts", cuts, n_cuts, "",
              "With partition explicit: first layer (1-based) of stages 2..N, increasing."),
     ROW_ENUM("clock", clock, "virtual", clocks,

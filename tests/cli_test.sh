@@ -90,5 +90,23 @@ expect_fail bench-no-model "needs --model" "$baton" bench step
 expect_fail bench-bad-model "unknown model" "$baton" bench step --model nope
 expect_fail bench-bad-batch "--batch" "$baton" bench step --model mlp --batch 0
 
+# baton plan: the plan of an experiment and every partitioner side by side.
+export BATON_CALIBRATION="$tmp/calibration.tsv"
+psyn=(--set data.name=synthetic --set data.train_samples=64 --set data.test_samples=16
+  --set batch_size=16 --set micro_batches=4 --set model=lenet5)
+expect_ok plan "oracle" "$baton" plan "${psyn[@]}" --set devices=rpi4,jetson-orin-nano,rpi3bplus
+for p in even params flops profiled predicted; do
+  grep -q "^$p " "$tmp/out" || { echo "FAIL plan: no '$p' row"; fails=$((fails + 1)); }
+done
+grep -qE "^oracle .* \+0\.0%" "$tmp/out" || { echo "FAIL plan: oracle row not +0.0%"; fails=$((fails + 1)); }
+expect_ok plan-any-order "devices" "$baton" plan "${psyn[@]}" --devices any \
+  --set devices=rpi4,jetson-orin-nano,rpi3bplus --set partition=oracle
+expect_fail plan-no-devices "names no devices" "$baton" plan "${psyn[@]}"
+expect_fail plan-bad-cut "cut 2 (3) must be greater" "$baton" plan "${psyn[@]}" \
+  --set devices=rpi4,rpi4,rpi5 --set partition=explicit --set cuts=5,3
+expect_fail plan-bad-devices-flag "--devices takes" "$baton" plan "${psyn[@]}" --devices some
+expect_fail plan-no-fit "smallest memory scale" "$baton" plan "${psyn[@]}" \
+  --set devices=rpi4,rpi5 --set memory_scale=0.000001
+
 [ $fails -eq 0 ] && echo "all CLI checks passed" || echo "$fails CLI check(s) failed"
 exit $((fails > 0))

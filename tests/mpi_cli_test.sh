@@ -30,8 +30,10 @@ expect_ok() { # NAME SUBSTRING
   fi
 }
 
+# The runtime checks use fixed cuts (partition even); the planner has its own below.
 syn=(--set data.name=synthetic --set data.train_samples=128 --set data.test_samples=32
-  --set batch_size=16 --set micro_batches=4 --set model=lenet5 --set iterations=6)
+  --set batch_size=16 --set micro_batches=4 --set model=lenet5 --set iterations=6
+  --set partition=even)
 two=(--set devices=rpi4,jetson-nano)
 
 run "$baton" train "${syn[@]}" "${two[@]}"
@@ -109,6 +111,22 @@ expect_ok $? calibration-fresh "measured now (fresh; nothing stored)"
 printf 'not a calibration line\n' >"$tmp/bad.tsv"
 mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set calibration="$tmp/bad.tsv"
 expect_fail $? calibration-corrupt "$tmp/bad.tsv:1: not 'HOST<tab>KEY<tab>SECONDS<tab>SECONDS'"
+
+# The planner (default partition: predicted): rank 0 plans, every rank runs
+# the plan, and the plan's true-time model agrees with the measured run.
+mpi 3 "$baton" train "${syn[@]}" --set devices=rpi4,jetson-orin-nano,rpi3bplus \
+  --set partition=predicted --set progress=never --set output="$tmp/planned.h5"
+expect_ok $? plan-predicted "plan: partition predicted, cuts ["
+gap=$(sed -n 's/.*s with the true device times (\([-+0-9.]*\)%).*/\1/p' "$tmp/out")
+if [ -n "$gap" ] && awk -v g="$gap" 'BEGIN { exit !(g > -5 && g < 5) }'; then
+  echo "ok   plan-true-model: planned vs measured iteration ${gap}%"
+else
+  echo "FAIL plan-true-model: '$gap'"; cat "$tmp/out"; fails=$((fails + 1))
+fi
+"$baton" report "$tmp/planned.h5" >"$tmp/out" 2>"$tmp/err"
+expect_ok $? plan-logged "predicted"
+mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set partition=oracle --set memory_scale=0.00001
+expect_fail $? plan-memory "the smallest memory scale with which some plan fits is"
 
 BATON_FAIL_AT=1:3 mpi 3 -x BATON_FAIL_AT "$baton" train "${syn[@]}" \
   --set devices=rpi4,jetson-nano,rpi5 --set output="$tmp/killed.h5"

@@ -106,8 +106,10 @@ typedef struct bt_config {
 
   /* schedule: pipeline schedule, one of "gpipe", "1f1b". Default "1f1b". */
   char schedule[BT_CONFIG_ENUM_MAX];
-  /* partition: how layers are cut into stages: "even" (equal layer counts)
-   * or "explicit" (the cuts below). Default "even". */
+  /* partition: how layers are cut into stages: "predicted" (the latency
+   * predictor's times, exact search), "even" (equal layer counts), "params",
+   * "flops", "profiled", "oracle" or "explicit" (the cuts below); see
+   * docs/partition.md. Default "predicted". */
   char partition[BT_CONFIG_ENUM_MAX];
   /* cuts: with partition explicit, the first layer (1-based, as printed by
    * `baton models --layers`) of stages 2..N, increasing. Default empty. */

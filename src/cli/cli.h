@@ -16,6 +16,7 @@ int bt_cmd_trace(int argc, char **argv);
 int bt_cmd_report(int argc, char **argv);
 int bt_cmd_profile(int argc, char **argv);
 int bt_cmd_predictor(int argc, char **argv);
+int bt_cmd_plan(int argc, char **argv);
 
 /* Prints "baton <cmd>: <message>" on stderr; returns 1. */
 int bt_cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -56,32 +56,6 @@ static void session_free(session *s) {
   bt_config_free(&s->cfg);
 }
 
-static int load_config(session *s, int argc, char **argv, int *print_only, bt_err *err) {
-  bt_config_defaults(&s->cfg);
-  const char *file = NULL;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--set") == 0) {
-      if (i + 1 >= argc)
-        return bt_err_set(err, "--set needs key=value, e.g. --set optimizer.lr=0.05");
-      i++;
-    } else if (strcmp(argv[i], "--print-config") == 0) {
-      *print_only = 1;
-    } else if (argv[i][0] == '-') {
-      return bt_err_set(err, "unknown option '%s'; see 'baton train --help'", argv[i]);
-    } else if (file) {
-      return bt_err_set(err, "only one experiment file, got '%s' and '%s'", file, argv[i]);
-    } else {
-      file = argv[i];
-    }
-  }
-  if (file && bt_config_load_file(&s->cfg, file, err) < 0)
-    return -1;
-  for (int i = 1; i < argc; i++)
-    if (strcmp(argv[i], "--set") == 0 && bt_config_set(&s->cfg, argv[++i], err) < 0)
-      return -1;
-  return bt_config_validate(&s->cfg, err);
-}
-
 static int load_data(session *s, bt_err *err) {
   return bt_cli_load_data(&s->cfg, &s->train, &s->test, err);
 }
@@ -285,7 +259,7 @@ int bt_cmd_train(int argc, char **argv) {
   bt_err err = {{0}};
   int print_only = 0;
   int rc = 1;
-  if (load_config(&s, argc, argv, &print_only, &err) < 0) {
+  if (bt_cli_load_config(&s.cfg, "train", argc, argv, &print_only, &err) < 0) {
     bt_cli_fail("train", "%s", err.msg);
     goto out;
   }

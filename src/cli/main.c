@@ -18,6 +18,7 @@ static const struct {
     {"report", bt_cmd_report, "summarise a run log: compute, communication, bubbles, throughput"},
     {"profile", bt_cmd_profile, "time a corpus of layers on a device: a profiling set (HDF5)"},
     {"predictor", bt_cmd_predictor, "layer-latency predictor: fit, eval, predict"},
+    {"plan", bt_cmd_plan, "the pipeline plan of an experiment, and every partitioner's"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 

@@ -58,3 +58,30 @@ bt_runlog_meta bt_cli_runlog_meta(const bt_config *cfg, const char *clock, const
                           .micro_batches = cfg->micro_batches,
                           .batch_size = cfg->batch_size};
 }
+
+int bt_cli_load_config(bt_config *cfg, const char *cmd, int argc, char **argv, int *print_only,
+                       bt_err *err) {
+  bt_config_defaults(cfg);
+  const char *file = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--set") == 0) {
+      if (i + 1 >= argc)
+        return bt_err_set(err, "--set needs key=value, e.g. --set optimizer.lr=0.05");
+      i++;
+    } else if (strcmp(argv[i], "--print-config") == 0) {
+      *print_only = 1;
+    } else if (argv[i][0] == '-') {
+      return bt_err_set(err, "unknown option '%s'; see 'baton %s --help'", argv[i], cmd);
+    } else if (file) {
+      return bt_err_set(err, "only one experiment file, got '%s' and '%s'", file, argv[i]);
+    } else {
+      file = argv[i];
+    }
+  }
+  if (file && bt_config_load_file(cfg, file, err) < 0)
+    return -1;
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--set") == 0 && bt_config_set(cfg, argv[++i], err) < 0)
+      return -1;
+  return bt_config_validate(cfg, err);
+}

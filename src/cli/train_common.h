@@ -8,6 +8,11 @@
 #include "baton/err.h"
 #include "baton/runlog.h"
 
+/* The experiment of a `baton <cmd> [EXPERIMENT.yaml] [--set key=value]...
+ * [--print-config]` command line, validated. */
+int bt_cli_load_config(bt_config *cfg, const char *cmd, int argc, char **argv, int *print_only,
+                       bt_err *err);
+
 /* Loads the configured training and test sets, normalised with the training
  * set's statistics when data.normalize is set. */
 int bt_cli_load_data(const bt_config *c, bt_dataset *train, bt_dataset *test, bt_err *err);

@@ -22,6 +22,7 @@
 #include "baton_build.h"
 #include "cli.h"
 #include "git_version.h"
+#include "planner.h"
 #include "train_common.h"
 
 typedef struct device_ctx {
@@ -54,34 +55,6 @@ static double codec_time(void *ctx, double bytes, double host_seconds, long iter
   return bt_device_op_analytic(&d->dev, &op, iteration);
 }
 
-static int parse_cuts(const bt_config *c, const bt_model *m, int stages, int *cuts, bt_err *err) {
-  if (strcmp(c->partition, "even") == 0)
-    return bt_partition_even(m->n_layers, stages, cuts, err);
-  if (c->n_cuts != stages - 1)
-    return bt_err_set(err,
-                      "partition explicit needs %d cuts (first layer of stages 2..%d), got "
-                      "%d; set cuts: [...]",
-                      stages - 1, stages, c->n_cuts);
-  cuts[0] = 0;
-  cuts[stages] = m->n_layers;
-  for (int s = 1; s < stages; s++) {
-    char *end;
-    long v = strtol(c->cuts[s - 1], &end, 10);
-    if (*end || v < 2 || v > m->n_layers)
-      return bt_err_set(err,
-                        "cut %d ('%s') must be a layer number in 2..%d (see baton models "
-                        "--layers)",
-                        s, c->cuts[s - 1], m->n_layers);
-    cuts[s] = (int)v - 1;
-    if (cuts[s] <= cuts[s - 1])
-      return bt_err_set(err,
-                        "cut %d (%ld) must be greater than the one before it; cuts are "
-                        "increasing first layers of stages 2..%d",
-                        s, v, stages);
-  }
-  return 0;
-}
-
 /* Every rank decides the same way; a rank that fails says why, the others
  * stay quiet, and all return -1 together. */
 static int agree(MPI_Comm comm, int ok) {
@@ -106,7 +79,15 @@ typedef struct run {
   long *order;
   long n_train, n_test;
   char calib_path[4096], calib_host[512]; /* calib_path "" = measure every run */
+  /* The plan's predicted figures (NAN without a planner): per stage fwd + bwd
+   * of one micro-batch, the iteration, and the iteration under true times. */
+  double plan_stage[BT_CONFIG_DEVICES_MAX], plan_iter, plan_true;
 } run;
+
+/* Whether the cuts come from a partitioner (rank 0 plans at start). */
+static int planned(const bt_config *c) {
+  return strcmp(c->partition, "even") != 0 && strcmp(c->partition, "explicit") != 0;
+}
 
 static int setup_data_and_model(run *r, bt_err *err) {
   const bt_config *c = r->cfg;
@@ -129,7 +110,8 @@ static int setup_data_and_model(run *r, bt_err *err) {
   if (r->model.n_layers < r->size)
     ok = bt_err_set(err, "model '%s' has %d layers, fewer than the %d devices", r->model.name,
                     r->model.n_layers, r->size) == 0;
-  ok = ok && parse_cuts(c, &r->model, r->size, r->cuts, err) == 0;
+  if (!planned(c))
+    ok = ok && cli_config_cuts(c, r->model.n_layers, r->size, r->cuts, err) == 0;
   return agree(r->comm, ok);
 }
 
@@ -178,6 +160,69 @@ static int setup_calibration(run *r, bt_err *err) {
   return agree(r->comm, ok);
 }
 
+/* Rank 0 plans (planner.h: calibrates the model through the store, asks the
+ * partitioner) while the others sleep; every rank gets the cuts. The runtime
+ * runs one stage per rank, so the plan uses every device in the
+ * experiment's order. */
+static int setup_plan(run *r, bt_err *err) {
+  const bt_config *c = r->cfg;
+  r->plan_iter = r->plan_true = NAN;
+  for (int s = 0; s < r->size; s++)
+    r->plan_stage[s] = NAN;
+  if (!planned(c))
+    return 0;
+  int ok = 1;
+  double figures[2 + BT_CONFIG_DEVICES_MAX];
+  int cuts[BT_CONFIG_DEVICES_MAX + 1];
+  if (r->rank == 0) {
+    if (r->size > BT_PLAN_MAX_DEVICES)
+      ok = bt_err_set(err,
+                      "partition %s plans at most %d devices; use partition: even or "
+                      "explicit for %d",
+                      c->partition, BT_PLAN_MAX_DEVICES, r->size) == 0;
+    cli_planner pl;
+    bt_plan plan;
+    cli_plan_info info;
+    ok = ok &&
+         cli_planner_init(&pl, c, &r->model, r->calib_path[0] ? r->calib_path : NULL, r->calib_host,
+                          err) == 0 &&
+         cli_planner_plan(&pl, c->partition, BT_PLAN_DEVICES_IN_ORDER, &plan, &info, err) == 0;
+    if (ok) {
+      memcpy(cuts, plan.first, sizeof(int) * (size_t)(r->size + 1));
+      figures[0] = plan.iter_time;
+      figures[1] = info.true_time;
+      for (int s = 0; s < r->size; s++)
+        figures[2 + s] = plan.fwd[s] + plan.bwd[s];
+      char list[256];
+      size_t used = 0;
+      for (int s = 1; s < r->size && used < sizeof list; s++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%d", s > 1 ? ", " : "",
+                                 cuts[s] + 1);
+      printf("plan: partition %s, cuts [%s], predicted %.4f s/iteration (%.4f s with the true "
+             "device times); planned in %.2f s%s\n",
+             c->partition, list, plan.iter_time, info.true_time,
+             info.plan_seconds + pl.calib_seconds + pl.predict_seconds,
+             info.profiling_s > 0 ? "" : "");
+      if (info.profiling_s > 0)
+        printf("plan: the %s partitioner needs %.2f s of device time profiling first\n",
+               c->partition, info.profiling_s);
+      fflush(stdout);
+    }
+    cli_planner_free(&pl);
+  }
+  bt_mpi_quiet_barrier(r->comm); /* the others sleep while rank 0 calibrates and plans */
+  if (agree(r->comm, ok) < 0)
+    return -1;
+  MPI_Bcast(cuts, r->size + 1, MPI_INT, 0, r->comm);
+  MPI_Bcast(figures, 2 + r->size, MPI_DOUBLE, 0, r->comm);
+  memcpy(r->cuts, cuts, sizeof(int) * (size_t)(r->size + 1));
+  r->plan_iter = figures[0];
+  r->plan_true = figures[1];
+  for (int s = 0; s < r->size; s++)
+    r->plan_stage[s] = figures[2 + s];
+  return 0;
+}
+
 static int setup_device(run *r, bt_err *err) {
   const bt_config *c = r->cfg;
   char data[4096];
@@ -210,30 +255,7 @@ static int setup_device(run *r, bt_err *err) {
  * pipeline gets an equal time share of one channel (TDMA-like: a static
  * split, not dynamic contention). */
 static int link_params(const run *r, int peer, bt_link_params *out, bt_err *err) {
-  const bt_config *c = r->cfg;
-  const bt_device *d = &r->dev.dev;
-  out->bandwidth_bps =
-      (c->links_bandwidth_mbps > 0 ? c->links_bandwidth_mbps : d->link_bandwidth_mbps) * 1e6;
-  out->latency_s = (c->links_latency_ms >= 0 ? c->links_latency_ms : d->link_latency_ms) * 1e-3;
-  out->jitter_s = c->links_jitter_ms * 1e-3;
-  for (int i = 0; i < c->n_link_pairs; i++) {
-    int src, dst;
-    double mbps, ms;
-    char tail;
-    if (sscanf(c->link_pairs[i], "%d-%d:%lf:%lf%c", &src, &dst, &mbps, &ms, &tail) != 4 ||
-        src < 0 || dst < 0 || src >= r->size || dst >= r->size || !(mbps > 0) || !(ms >= 0))
-      return bt_err_set(err,
-                        "links.pairs entry '%s': expected SRC-DST:MBPS:MS with ranks in "
-                        "0..%d, bandwidth > 0 and latency >= 0, e.g. 0-1:100:5",
-                        c->link_pairs[i], r->size - 1);
-    if (src == r->rank && dst == peer) {
-      out->bandwidth_bps = mbps * 1e6;
-      out->latency_s = ms * 1e-3;
-    }
-  }
-  if (c->links_shared_medium && r->size > 1)
-    out->bandwidth_bps /= 2.0 * (r->size - 1);
-  return 0;
+  return cli_link_params(r->cfg, r->size, &r->dev.dev, r->rank, peer, out, err);
 }
 
 /* The codecs of boundary b: codec.activations / codec.gradients, unless a
@@ -329,8 +351,8 @@ static int open_runlog(run *r, bt_err *err) {
                            .n_stages = r->size,
                            .first_layer = first,
                            .device_rank = ranks,
-                           .predicted_stage_time = NULL,
-                           .predicted_iteration_time = NAN,
+                           .predicted_stage_time = planned(c) ? r->plan_stage : NULL,
+                           .predicted_iteration_time = r->plan_iter,
                            .partitioner = c->partition};
     ok = bt_runlog_create(&r->log, c->output, &meta, err) == 0 &&
          bt_runlog_write_devices(r->log, r->size, devs, err) == 0 &&
@@ -457,6 +479,11 @@ static void summarize(run *r, long steps, double emu_total, double cpu_compute,
   printf("pipeline: %.4f s/iteration on the %s clock; the %s schedule's analytic model of "
          "these stage and link times gives %.4f s (efficiency %.1f%%)\n",
          measured, r->cfg->clock, r->cfg->schedule, bound, 100.0 * bound / measured);
+  if (isfinite(r->plan_iter))
+    printf("plan: the %s partitioner predicted %.4f s/iteration (%+.1f%% of the measured), %.4f s "
+           "with the true device times (%+.1f%%)\n",
+           r->cfg->partition, r->plan_iter, 100 * (r->plan_iter / measured - 1), r->plan_true,
+           100 * (r->plan_true / measured - 1));
   const double per_iter = worst / (double)steps, compute = all[7 * worst_rank + 5] / steps;
   printf("framework overhead: at most %.2f ms of host CPU per iteration outside compute and "
          "message waits (rank %d) = %.2f%% of the iteration time (%.1f%% of that rank's host "
@@ -579,7 +606,8 @@ int bt_cli_train_pipeline(bt_config *cfg) {
   bt_err err = {{0}};
   int rc = 1;
   if (setup_data_and_model(&r, &err) < 0 || setup_calibration(&r, &err) < 0 ||
-      setup_device(&r, &err) < 0 || setup_pipeline(&r, &err) < 0 || open_runlog(&r, &err) < 0) {
+      setup_plan(&r, &err) < 0 || setup_device(&r, &err) < 0 || setup_pipeline(&r, &err) < 0 ||
+      open_runlog(&r, &err) < 0) {
     /* One line from the lowest rank that failed itself (others only know
      * that somebody failed). */
     int mine = err.msg[0] && !strstr(err.msg, "another rank failed") ? r.rank : r.size, first;

@@ -1,0 +1,457 @@
+/* cli/planner: the inputs of plan search for an experiment, and the
+ * partitioners; see planner.h. */
+#include "planner.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "baton/calib.h"
+#include "baton/codec.h"
+#include "baton/predictor.h"
+#include "baton/profile.h"
+#include "cli.h"
+
+const char *const cli_partitioners[] = {"even",      "params", "flops",    "profiled",
+                                        "predicted", "oracle", "explicit", NULL};
+
+/* Repeats a profiling partitioner (PipeDream) spends per layer and device:
+ * the runtime's own calibration count plus its warm-up. */
+enum { PROFILE_PASSES = 21 };
+
+int cli_link_params(const bt_config *c, int n, const bt_device *src_dev, int src, int dst,
+                    bt_link_params *out, bt_err *err) {
+  out->bandwidth_bps =
+      (c->links_bandwidth_mbps > 0 ? c->links_bandwidth_mbps : src_dev->link_bandwidth_mbps) * 1e6;
+  out->latency_s =
+      (c->links_latency_ms >= 0 ? c->links_latency_ms : src_dev->link_latency_ms) * 1e-3;
+  out->jitter_s = c->links_jitter_ms * 1e-3;
+  for (int i = 0; i < c->n_link_pairs; i++) {
+    int a, b;
+    double mbps, ms;
+    char tail;
+    if (sscanf(c->link_pairs[i], "%d-%d:%lf:%lf%c", &a, &b, &mbps, &ms, &tail) != 4 || a < 0 ||
+        b < 0 || a >= n || b >= n || !(mbps > 0) || !(ms >= 0))
+      return bt_err_set(err,
+                        "links.pairs entry '%s': expected SRC-DST:MBPS:MS with ranks in "
+                        "0..%d, bandwidth > 0 and latency >= 0, e.g. 0-1:100:5",
+                        c->link_pairs[i], n - 1);
+    if (a == src && b == dst) {
+      out->bandwidth_bps = mbps * 1e6;
+      out->latency_s = ms * 1e-3;
+    }
+  }
+  if (c->links_shared_medium && n > 1)
+    out->bandwidth_bps /= 2.0 * (n - 1);
+  return 0;
+}
+
+void cli_planner_free(cli_planner *pl) {
+  free(pl->host_fwd), free(pl->host_bwd), free(pl->true_fwd), free(pl->true_bwd);
+  free(pl->pred_fwd), free(pl->pred_bwd), free(pl->optim);
+  free(pl->act_bytes), free(pl->state_bytes), free(pl->stash_bytes), free(pl->flops);
+  free(pl->bandwidth), free(pl->latency);
+  memset(pl, 0, sizeof *pl);
+}
+
+static double codec_bits(const char *name, bt_err *err) {
+  bt_codec_spec spec;
+  if (bt_codec_parse(name, &spec, err) < 0)
+    return -1;
+  return spec.bits;
+}
+
+/* Host calibration of every layer: the whole model as one stage. */
+static int calibrate_model(cli_planner *pl, const char *store, const char *host, bt_err *err) {
+  double sgemm, mem;
+  if (bt_calib_host_rates(store, host, &sgemm, &mem, err) < 0)
+    return -1;
+  bt_host_rates h;
+  memset(&h, 0, sizeof h);
+  h.sgemm_gflops = sgemm;
+  h.mem_gbs = mem;
+  if (bt_host_as_device(&h, &pl->host, err) < 0)
+    return -1;
+  pl->host_ref_s = BT_CALIB_REFERENCE_FLOPS / (sgemm * 1e9);
+  bt_stage st;
+  if (bt_stage_init(&st, pl->model, 0, pl->n_layers, pl->micro_batch, 1, pl->cfg->seed, err) < 0)
+    return -1;
+  const bt_calib_options o = {.repeats = 20,
+                              .ref_seconds = pl->host_ref_s,
+                              .seed = pl->cfg->seed,
+                              .batch_size = pl->cfg->batch_size,
+                              .store = store,
+                              .host = host};
+  bt_calib_result res;
+  const double t0 = bt_cli_now();
+  int rc =
+      bt_calib_stage(&st, pl->model, pl->micro_batch, &o, pl->host_fwd, pl->host_bwd, &res, err);
+  bt_stage_free(&st);
+  pl->calib_seconds = res.measured ? bt_cli_now() - t0 : 0;
+  pl->calib_stored = res.stored;
+  pl->calib_measured = res.measured;
+  return rc;
+}
+
+static int alloc_all(cli_planner *pl) {
+  const size_t L = (size_t)pl->n_layers, DL = (size_t)pl->n_devices * L;
+  const size_t DD = (size_t)pl->n_devices * (size_t)pl->n_devices;
+  pl->host_fwd = calloc(L, sizeof(double));
+  pl->host_bwd = calloc(L, sizeof(double));
+  pl->true_fwd = calloc(DL, sizeof(double));
+  pl->true_bwd = calloc(DL, sizeof(double));
+  pl->optim = calloc(DL, sizeof(double));
+  pl->act_bytes = calloc(L, sizeof(double));
+  pl->state_bytes = calloc(L, sizeof(double));
+  pl->stash_bytes = calloc(L, sizeof(double));
+  pl->flops = calloc(L, sizeof(double));
+  pl->bandwidth = calloc(DD, sizeof(double));
+  pl->latency = calloc(DD, sizeof(double));
+  return pl->host_fwd && pl->host_bwd && pl->true_fwd && pl->true_bwd && pl->optim &&
+                 pl->act_bytes && pl->state_bytes && pl->stash_bytes && pl->flops &&
+                 pl->bandwidth && pl->latency
+             ? 0
+             : -1;
+}
+
+/* Memory, FLOPs and activation figures of every layer. */
+static void layer_figures(cli_planner *pl) {
+  const int mb = pl->micro_batch;
+  for (int l = 0; l < pl->n_layers; l++) {
+    const bt_layer *y = &pl->model->layers[l];
+    const double out = (double)bt_shape_elems(y->out) * mb;
+    pl->act_bytes[l] = 4.0 * out;
+    /* weights, gradients, momentum; batch-norm statistics */
+    pl->state_bytes[l] = 4.0 * (3.0 * (double)y->n_params + (double)y->n_state);
+    pl->stash_bytes[l] = 4.0 * (out + (double)bt_layer_aux_floats(y, mb));
+    pl->flops[l] = (bt_layer_flops_fwd(y) + bt_layer_flops_bwd(y)) * mb;
+  }
+}
+
+int cli_planner_init(cli_planner *pl, const bt_config *c, const bt_model *m, const char *store,
+                     const char *host, bt_err *err) {
+  memset(pl, 0, sizeof *pl);
+  pl->cfg = c;
+  pl->model = m;
+  pl->n_devices = c->n_devices;
+  pl->n_layers = m->n_layers;
+  pl->micro_batch = c->batch_size / c->micro_batches;
+  const int D = pl->n_devices, L = pl->n_layers;
+  if (D < 1)
+    return bt_err_set(err,
+                      "the experiment names no devices; set devices: [rpi4, jetson-nano, ...]");
+  if (D > BT_PLAN_MAX_DEVICES)
+    return bt_err_set(err, "planning handles at most %d devices, the experiment names %d",
+                      BT_PLAN_MAX_DEVICES, D);
+  if (alloc_all(pl) < 0)
+    return bt_err_set(err, "out of memory for the planner (%d layers, %d devices)", L, D);
+  char data[4096];
+  bt_cli_data_dir(data, sizeof data);
+  for (int d = 0; d < D; d++)
+    if (bt_device_find(c->devices[d], data, &pl->dev[d], err) < 0)
+      return -1;
+  if (calibrate_model(pl, store, host, err) < 0)
+    return -1;
+  layer_figures(pl);
+  for (int d = 0; d < D; d++) {
+    pl->mem_cap[d] = pl->dev[d].capacity_mib * 1048576.0;
+    pl->peak[d] = pl->dev[d].rate[BT_OP_CONV] * 1e9;
+    for (int l = 0; l < L; l++) {
+      const bt_layer *y = &m->layers[l];
+      pl->true_fwd[d * L + l] = bt_device_layer_mapped(&pl->dev[d], &pl->host, y, pl->micro_batch,
+                                                       BT_PASS_FWD, pl->host_fwd[l], 0)
+                                    .total;
+      pl->true_bwd[d * L + l] = bt_device_layer_mapped(&pl->dev[d], &pl->host, y, pl->micro_batch,
+                                                       BT_PASS_BWD, pl->host_bwd[l], 0)
+                                    .total;
+      /* the optimizer step: a memory-bound sweep over p, g, momentum (as the runtime) */
+      const double p = (double)y->n_params;
+      const bt_device_op op = {BT_OP_ELEMENTWISE, 3.0 * p, 20.0 * p};
+      pl->optim[d * L + l] = p > 0 ? bt_device_op_analytic(&pl->dev[d], &op, 0) : 0;
+    }
+    for (int e = 0; e < D; e++) {
+      bt_link_params lp;
+      if (cli_link_params(c, D, &pl->dev[d], d, e, &lp, err) < 0)
+        return -1;
+      pl->bandwidth[d * D + e] = lp.bandwidth_bps / 8.0;
+      pl->latency[d * D + e] = d == e ? 0 : lp.latency_s;
+    }
+  }
+  const double act_bits = codec_bits(c->codec_activations, err);
+  const double grad_bits = act_bits < 0 ? -1 : codec_bits(c->codec_gradients, err);
+  if (act_bits < 0 || grad_bits < 0)
+    return -1;
+  pl->codec_ratio = (act_bits + grad_bits) / 64.0; /* payload only: frames add a few bytes */
+  return 0;
+}
+
+/* ---- the predictor's view ---- */
+
+static int is_h5(const char *name) {
+  size_t n = strlen(name);
+  return n > 3 && strcmp(name + n - 3, ".h5") == 0;
+}
+
+static int cmp_name(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The profiling sets of the devices (and the base host) in dir; real host
+ * variants (device "host" under another name) are left out. */
+static int load_sets(const char *dir, bt_profile **sets, char ***names, int *n, bt_err *err) {
+  *sets = NULL, *names = NULL, *n = 0;
+  DIR *d = opendir(dir);
+  if (!d)
+    return bt_err_set(err, "%s: no directory of profiling sets for the predictor", dir);
+  char *files[256];
+  int nf = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) && nf < 256)
+    if (is_h5(de->d_name))
+      files[nf++] = strdup(de->d_name);
+  closedir(d);
+  qsort(files, (size_t)nf, sizeof *files, cmp_name);
+  *sets = calloc((size_t)nf + 1, sizeof **sets);
+  *names = calloc((size_t)nf + 1, sizeof **names);
+  int rc = *sets && *names ? 0 : bt_err_set(err, "out of memory loading profiling sets");
+  for (int i = 0; i < nf; i++) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+    files[i][strlen(files[i]) - 3] = 0;
+    if (rc == 0 && bt_profile_read(path, &(*sets)[*n], err) < 0)
+      rc = -1;
+    else if (rc == 0 && strcmp((*sets)[*n].device, "host") == 0 && strcmp(files[i], "host") != 0)
+      bt_profile_free(&(*sets)[*n]);
+    else if (rc == 0) {
+      (*names)[(*n)++] = files[i];
+      continue;
+    }
+    free(files[i]);
+  }
+  if (rc == 0 && *n == 0)
+    rc = bt_err_set(err, "%s: no profiling sets (*.h5); see experiments/predictor/profile-all.sh",
+                    dir);
+  return rc;
+}
+
+static void free_sets(bt_profile *sets, char **names, int n) {
+  for (int i = 0; i < n; i++) {
+    bt_profile_free(&sets[i]);
+    free(names[i]);
+  }
+  free(sets), free(names);
+}
+
+/* Times the probe set on device d (the emulation: host time mapped through
+ * the device's model) and adapts the predictor to it. */
+static int adapt_device(cli_planner *pl, bt_predictor *pr, int d, bt_err *err) {
+  bt_profile probe;
+  memset(&probe, 0, sizeof probe);
+  int rc = bt_profile_probe_set(&probe, err);
+  if (rc == 0)
+    rc = bt_profile_measure(&probe, &pl->dev[d], &pl->host, 5, 0, NULL, NULL, err);
+  bt_pred_sample *s = rc == 0 ? calloc(2 * (size_t)probe.n, sizeof *s) : NULL;
+  if (rc == 0 && !s)
+    rc = bt_err_set(err, "out of memory for probe samples");
+  for (int i = 0; rc == 0 && i < probe.n; i++) {
+    const bt_profile_entry *e = &probe.e[i];
+    s[2 * i] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_FWD, e->fwd};
+    s[2 * i + 1] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_BWD, e->bwd};
+    pl->probe_device_s += 6 * (e->fwd + e->bwd); /* 5 repeats + warm-up */
+  }
+  if (rc == 0)
+    rc = bt_predictor_adapt(pr, pl->dev[d].name, s, 2 * probe.n, err);
+  free(s);
+  bt_profile_free(&probe);
+  return rc;
+}
+
+int cli_planner_predict(cli_planner *pl, bt_err *err) {
+  if (pl->pred_fwd)
+    return 0;
+  const int D = pl->n_devices, L = pl->n_layers;
+  const double t0 = bt_cli_now();
+  char data[4096], dir[4200];
+  snprintf(dir, sizeof dir, "%s/predictor", bt_cli_data_dir(data, sizeof data));
+  bt_profile *sets;
+  char **names;
+  int n;
+  int rc = load_sets(dir, &sets, &names, &n, err);
+  bt_predictor *pr = NULL;
+  bt_predictor_options opt;
+  bt_predictor_default_options(&opt);
+  if (rc == 0)
+    rc = bt_predictor_fit(sets, (const char *const *)names, n, NULL, &opt, &pr, err);
+  free_sets(sets, names, n);
+  double *pf = calloc((size_t)D * L, sizeof(double)), *pb = calloc((size_t)D * L, sizeof(double));
+  if (rc == 0 && (!pf || !pb))
+    rc = bt_err_set(err, "out of memory for predictions");
+  for (int d = 0; rc == 0 && d < D; d++) {
+    if (bt_predictor_device(pr, pl->dev[d].name) < 0) {
+      if (adapt_device(pl, pr, d, err) < 0) {
+        rc = -1;
+        break;
+      }
+      pl->n_adapted++;
+    }
+    const int dev = bt_predictor_device(pr, pl->dev[d].name);
+    for (int l = 0; l < L; l++) {
+      const bt_layer *y = &pl->model->layers[l];
+      pf[d * L + l] = bt_predictor_predict_dev(pr, dev, y, pl->micro_batch, BT_PASS_FWD);
+      pb[d * L + l] = bt_predictor_predict_dev(pr, dev, y, pl->micro_batch, BT_PASS_BWD);
+    }
+  }
+  if (rc == 0 && getenv("BATON_DEBUG_PLAN"))
+    for (int d = 0; d < D; d++)
+      for (int l = 0; l < L; l++)
+        fprintf(stderr, "%s %2d %-10s pred %8.3f %8.3f true %8.3f %8.3f host %8.3f %8.3f ms\n",
+                pl->dev[d].name, l + 1, pl->model->layers[l].name, 1e3 * pf[d * L + l],
+                1e3 * pb[d * L + l], 1e3 * pl->true_fwd[d * L + l], 1e3 * pl->true_bwd[d * L + l],
+                1e3 * pl->host_fwd[l], 1e3 * pl->host_bwd[l]);
+  bt_predictor_free(pr);
+  if (rc < 0) {
+    free(pf), free(pb);
+    return -1;
+  }
+  pl->pred_fwd = pf, pl->pred_bwd = pb;
+  pl->predict_seconds = bt_cli_now() - t0;
+  return 0;
+}
+
+/* ---- partitioners ---- */
+
+static bt_plan_problem problem(const cli_planner *pl, const double *fwd, const double *bwd,
+                               bt_plan_device_use use, bt_err *err, int *ok) {
+  bt_plan_problem p = {.n_layers = pl->n_layers,
+                       .n_devices = pl->n_devices,
+                       .fwd = fwd,
+                       .bwd = bwd,
+                       .optim = pl->optim,
+                       .act_bytes = pl->act_bytes,
+                       .state_bytes = pl->state_bytes,
+                       .stash_bytes = pl->stash_bytes,
+                       .mem_cap = pl->mem_cap,
+                       .bandwidth = pl->bandwidth,
+                       .latency = pl->latency,
+                       .codec_ratio = pl->codec_ratio,
+                       .micro = pl->cfg->micro_batches,
+                       .mem_scale = pl->cfg->memory_scale,
+                       .device_use = use,
+                       .layer_flops = pl->flops,
+                       .device_peak = pl->peak};
+  *ok = bt_schedule_parse_kind(pl->cfg->schedule, &p.kind, err) == 0;
+  return p;
+}
+
+int cli_config_cuts(const bt_config *c, int n_layers, int stages, int *cuts, bt_err *err) {
+  if (stages < 1 || stages > n_layers)
+    return bt_err_set(err, "cannot cut %d layers into %d stages; use at most %d devices", n_layers,
+                      stages, n_layers);
+  if (strcmp(c->partition, "even") == 0) {
+    for (int s = 0; s <= stages; s++)
+      cuts[s] = (int)((long)n_layers * s / stages);
+    return 0;
+  }
+  if (c->n_cuts != stages - 1)
+    return bt_err_set(err,
+                      "partition explicit needs %d cuts (first layer of stages 2..%d), got "
+                      "%d; set cuts: [...]",
+                      stages - 1, stages, c->n_cuts);
+  cuts[0] = 0;
+  cuts[stages] = n_layers;
+  for (int s = 1; s < stages; s++) {
+    char *end;
+    long v = strtol(c->cuts[s - 1], &end, 10);
+    if (*end || v < 2 || v > n_layers)
+      return bt_err_set(err,
+                        "cut %d ('%s') must be a layer number in 2..%d (see baton models "
+                        "--layers)",
+                        s, c->cuts[s - 1], n_layers);
+    cuts[s] = (int)v - 1;
+    if (cuts[s] <= cuts[s - 1])
+      return bt_err_set(err,
+                        "cut %d (%ld) must be greater than the one before it; cuts are "
+                        "increasing first layers of stages 2..%d",
+                        s, v, stages);
+  }
+  return 0;
+}
+
+/* The slowest device's profiling time when every layer is timed on every
+ * device (devices profile in parallel). */
+static double profiling_seconds(const cli_planner *pl) {
+  double worst = 0;
+  for (int d = 0; d < pl->n_devices; d++) {
+    double t = 0;
+    for (int l = 0; l < pl->n_layers; l++)
+      t += pl->true_fwd[d * pl->n_layers + l] + pl->true_bwd[d * pl->n_layers + l];
+    worst = fmax(worst, PROFILE_PASSES * t);
+  }
+  return worst;
+}
+
+int cli_planner_plan(cli_planner *pl, const char *partitioner, bt_plan_device_use use, bt_plan *out,
+                     cli_plan_info *info, bt_err *err) {
+  memset(info, 0, sizeof *info);
+  info->predicted = NAN;
+  info->exact = 1;
+  int ok;
+  bt_plan_problem truth = problem(pl, pl->true_fwd, pl->true_bwd, use, err, &ok);
+  if (!ok)
+    return -1;
+  const int S = pl->n_devices;
+  const double t0 = bt_cli_cpu_now();
+  int rc;
+  bt_plan_stats st = {0};
+  if (strcmp(partitioner, "even") == 0)
+    rc = bt_plan_even(&truth, S, out, err);
+  else if (strcmp(partitioner, "params") == 0)
+    rc = bt_plan_params(&truth, S, out, err);
+  else if (strcmp(partitioner, "flops") == 0)
+    rc = bt_plan_flops(&truth, S, out, err);
+  else if (strcmp(partitioner, "explicit") == 0) {
+    int cuts[BT_PLAN_MAX_DEVICES + 1];
+    rc = cli_config_cuts(pl->cfg, pl->n_layers, S, cuts, err);
+    if (rc == 0)
+      rc = bt_plan_explicit(&truth, S, cuts + 1, NULL, out, err);
+  } else if (strcmp(partitioner, "oracle") == 0 || strcmp(partitioner, "profiled") == 0) {
+    rc = bt_plan_search(&truth, out, &st, err);
+    info->exact = st.exact;
+    info->predicted = out->iter_time;
+    if (partitioner[0] == 'p')
+      info->profiling_s = profiling_seconds(pl);
+  } else if (strcmp(partitioner, "predicted") == 0) {
+    if (cli_planner_predict(pl, err) < 0)
+      return -1;
+    bt_plan_problem view = problem(pl, pl->pred_fwd, pl->pred_bwd, use, err, &ok);
+    rc = bt_plan_search(&view, out, &st, err);
+    info->exact = st.exact;
+    info->predicted = out->iter_time;
+    info->profiling_s = pl->probe_device_s;
+  } else
+    return bt_err_set(err,
+                      "unknown partitioner '%s'; one of even, params, flops, profiled, "
+                      "predicted, oracle, explicit",
+                      partitioner);
+  info->plan_seconds = bt_cli_cpu_now() - t0;
+  if (rc < 0)
+    return -1;
+  /* What the plan really costs: the same cuts under the true times. */
+  bt_plan real;
+  memset(&real, 0, sizeof real);
+  real.n_stages = out->n_stages;
+  memcpy(real.device, out->device, sizeof real.device);
+  memcpy(real.first, out->first, sizeof real.first);
+  if (bt_plan_evaluate(&truth, &real, err) < 0)
+    return -1;
+  info->true_time = real.iter_time;
+  for (int k = 0; k < real.n_stages; k++)
+    info->true_stage[k] = real.fwd[k] + real.bwd[k];
+  if (strcmp(partitioner, "predicted") != 0)
+    *out = real;
+  else
+    out->iter_time = info->predicted; /* keep the predictor's stage figures */
+  return 0;
+}

@@ -1,0 +1,77 @@
+/* cli/planner: what `baton plan` and `baton train` need to choose a
+ * pipeline plan for an experiment: the per-layer device times of every
+ * device (the emulation's true times from the host calibration, and the
+ * latency predictor's view), the memory and link figures, and one function
+ * per partitioner (even, params, flops, profiled, predicted, oracle,
+ * explicit) on top of the partition module. Single process, no MPI. */
+#ifndef BATON_CLI_PLANNER_H
+#define BATON_CLI_PLANNER_H
+
+#include "baton/config.h"
+#include "baton/device.h"
+#include "baton/err.h"
+#include "baton/model.h"
+#include "baton/netem.h"
+#include "baton/partition.h"
+
+typedef struct cli_planner {
+  const bt_config *cfg;
+  const bt_model *model;
+  int n_devices, n_layers, micro_batch;
+  bt_device dev[BT_PLAN_MAX_DEVICES];
+  bt_device host;              /* the host as a device (calibrated rates) */
+  double host_ref_s;           /* calibration reference kernel seconds on this host */
+  double *host_fwd, *host_bwd; /* [L] calibrated host seconds per micro-batch */
+  double *true_fwd, *true_bwd; /* [D*L] device seconds (what the emulation runs) */
+  double *pred_fwd, *pred_bwd; /* [D*L] the predictor's view; NULL until predicted */
+  double *optim;               /* [D*L] optimizer step seconds */
+  double *act_bytes, *state_bytes, *stash_bytes, *flops; /* [L] */
+  double mem_cap[BT_PLAN_MAX_DEVICES], peak[BT_PLAN_MAX_DEVICES];
+  double *bandwidth, *latency; /* [D*D] bytes/s, s */
+  double codec_ratio;
+  int calib_stored, calib_measured;
+  double calib_seconds;   /* host seconds spent calibrating (0 when all stored) */
+  double predict_seconds; /* host seconds: fitting the predictor, probes, predictions */
+  double probe_device_s;  /* device seconds of the probe layers timed on unseen devices */
+  int n_adapted;          /* devices the predictor did not know (adapted from probes) */
+} cli_planner;
+
+/* What a partitioner's plan costs and promises. */
+typedef struct cli_plan_info {
+  double predicted;    /* iteration time under the partitioner's own view (NAN: none) */
+  double true_time;    /* iteration time under the true device times */
+  double plan_seconds; /* host seconds of the search itself */
+  double profiling_s;  /* device seconds of profiling the partitioner needed first */
+  int exact;           /* search finished (1) or hit its node budget (0); 1 for baselines */
+  double true_stage[BT_PLAN_MAX_DEVICES]; /* fwd + bwd of one micro-batch, true times */
+} cli_plan_info;
+
+/* Link parameters src -> dst of an experiment with n devices (links.*,
+ * per-pair overrides, the sender's default link, the shared medium). */
+int cli_link_params(const bt_config *c, int n, const bt_device *src_dev, int src, int dst,
+                    bt_link_params *out, bt_err *err);
+
+/* Loads the devices, calibrates every layer of the model on the host (through
+ * the calibration store `store`, NULL = fresh; `host` its fingerprint) and
+ * fills the true device times and the memory and link figures. */
+int cli_planner_init(cli_planner *pl, const bt_config *c, const bt_model *m, const char *store,
+                     const char *host, bt_err *err);
+void cli_planner_free(cli_planner *pl);
+
+/* Fills pred_fwd/pred_bwd from the latency predictor fitted on the
+ * profiling sets in <data>/predictor; a device the sets do not name is
+ * adapted from the probe set timed on it. Idempotent. */
+int cli_planner_predict(cli_planner *pl, bt_err *err);
+
+/* The partitioners `partition:` accepts (NULL-terminated). */
+extern const char *const cli_partitioners[];
+
+/* Stage cuts of `partition: even` or `explicit` (cuts[0] = 0, cuts[stages]
+ * = n_layers; explicit cuts are validated, naming the bad one). */
+int cli_config_cuts(const bt_config *c, int n_layers, int stages, int *cuts, bt_err *err);
+
+/* Plans with `partitioner` under `use`; explicit reads cfg->cuts. */
+int cli_planner_plan(cli_planner *pl, const char *partitioner, bt_plan_device_use use, bt_plan *out,
+                     cli_plan_info *info, bt_err *err);
+
+#endif
