@@ -179,6 +179,15 @@ static const key keys[] = {
              "device times), explicit (see cuts). See docs/partition.md."),
     ROW_LIST("cuts", cuts, n_cuts, "",
              "With partition explicit: first layer (1-based) of stages 2..N, increasing."),
+    ROW_LIST("throttle", throttle, n_throttle, "",
+             "Per-rank slowdowns on top of the device profiles: \"RANK:ITERATION:FACTOR\" "
+             "(every op class FACTOR times slower from ITERATION on), e.g. [2:20:2]."),
+    ROW_INT("replan.every", replan_every, "10", 0, 1000000,
+            "With partition predicted or oracle: re-plan from the measured layer times every N "
+            "iterations (weights migrate when the plan changes); 0 = never."),
+    ROW_DOUBLE("replan.threshold", replan_threshold, "0.05", 0, false, 10, false,
+               "Re-cut only when the new plan beats the current one by more than this fraction "
+               "of its iteration time, migration cost included."),
     ROW_ENUM("clock", clock, "virtual", clocks,
              "virtual (emulated device time), wall (sleep to device time), none (real hardware)."),
     ROW_STRING("calibration", calibration, "auto", 1,

@@ -798,6 +798,57 @@ int bt_pipeline_gather_params(bt_pipeline *p, float *params, float *state, bt_er
   return 0;
 }
 
+static int scatter_vector(bt_pipeline *p, const float *all, float *mine, int count, int offset,
+                          bt_err *err) {
+  int *counts = NULL, *displs = NULL;
+  if (p->rank == 0) {
+    counts = malloc((size_t)p->size * sizeof(int));
+    displs = malloc((size_t)p->size * sizeof(int));
+    if (!counts || !displs) {
+      free(counts), free(displs);
+      return bt_err_set(err, "rank 0: out of memory scattering parameters");
+    }
+  }
+  int rc = MPI_Gather(&count, 1, MPI_INT, counts, 1, MPI_INT, 0, p->comm);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Gather(&offset, 1, MPI_INT, displs, 1, MPI_INT, 0, p->comm);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Scatterv(all, counts, displs, MPI_FLOAT, mine, count, MPI_FLOAT, 0, p->comm);
+  free(counts), free(displs);
+  return rc == MPI_SUCCESS ? 0 : mpi_fail(p, err, "MPI_Scatterv (parameters)", rc);
+}
+
+int bt_pipeline_export_state(bt_pipeline *p, float *params, float *momentum, float *state,
+                             bt_err *err) {
+  bt_stage *s = &p->stage;
+  const int np = (int)s->n_params, ns = (int)s->n_state;
+  const int po = (int)s->param_base, so = (int)s->state_base;
+  if (gather_vector(p, s->params, np, po, params, err) < 0 ||
+      gather_vector(p, s->momentum, np, po, momentum, err) < 0 ||
+      gather_vector(p, s->state, ns, so, state, err) < 0)
+    return -1;
+  return 0;
+}
+
+int bt_pipeline_import_state(bt_pipeline *p, const float *params, const float *momentum,
+                             const float *state, bt_err *err) {
+  bt_stage *s = &p->stage;
+  const int np = (int)s->n_params, ns = (int)s->n_state;
+  const int po = (int)s->param_base, so = (int)s->state_base;
+  if (scatter_vector(p, params, s->params, np, po, err) < 0 ||
+      scatter_vector(p, momentum, s->momentum, np, po, err) < 0 ||
+      scatter_vector(p, state, s->state, ns, so, err) < 0)
+    return -1;
+  return 0;
+}
+
+double bt_pipeline_clock(const bt_pipeline *p) { return p->now; }
+
+void bt_pipeline_set_clock(bt_pipeline *p, double t) {
+  p->now = t;
+  p->wall_start = mono_now() - t; /* wall and none clocks read the host from here on */
+}
+
 int bt_pipeline_evaluate(bt_pipeline *p, const float *x, const int32_t *y, long n, double *loss,
                          long *correct, bt_err *err) {
   bt_exec ex = {.training = 0};

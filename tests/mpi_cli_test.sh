@@ -128,6 +128,29 @@ expect_ok $? plan-logged "predicted"
 mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set partition=oracle --set memory_scale=0.00001
 expect_fail $? plan-memory "the smallest memory scale with which some plan fits is"
 
+# Re-planning: rank 1 becomes 4x slower at iteration 4; the oracle re-cuts
+# after iteration 4 and the weights, momentum and state migrate. The losses
+# equal those of the run that keeps its first plan (1F1B sums in the
+# single-process order whatever the cuts, so they match to the last digit).
+rp=(--set data.train_samples=256 --set iterations=10 --set devices=rpi4,jetson-orin-nano,rpi3bplus
+  --set partition=oracle --set throttle=1:4:4 --set progress=never)
+mpi 3 "$baton" train "${syn[@]}" "${rp[@]}" --set replan.every=0 --set output="$tmp/static.h5"
+expect_ok $? replan-reference "test accuracy"
+mpi 3 "$baton" train "${syn[@]}" "${rp[@]}" --set replan.every=2 --set output="$tmp/replan.h5"
+expect_ok $? replan-happens "re-plan after iteration 4: cuts"
+losses() { "$baton" report "$1" --per-iteration | awk '$1 ~ /^[0-9]+$/ && NF == 5 { print $1, $2 }'; }
+if [ "$(losses "$tmp/static.h5" | wc -l)" -eq 10 ] &&
+  [ "$(losses "$tmp/static.h5")" = "$(losses "$tmp/replan.h5")" ]; then
+  echo "ok   replan-same-losses: 10 iterations"
+else
+  echo "FAIL replan-same-losses:"; paste <(losses "$tmp/static.h5") <(losses "$tmp/replan.h5")
+  fails=$((fails + 1))
+fi
+"$baton" report "$tmp/replan.h5" >"$tmp/out" 2>"$tmp/err"
+expect_ok $? replan-logged "plan 1 from iteration 4 (oracle)"
+mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set throttle=5:1:2
+expect_fail $? bad-throttle "throttle entry '5:1:2'"
+
 BATON_FAIL_AT=1:3 mpi 3 -x BATON_FAIL_AT "$baton" train "${syn[@]}" \
   --set devices=rpi4,jetson-nano,rpi5 --set output="$tmp/killed.h5"
 expect_fail $? rank-failure "rank 1: injected failure"

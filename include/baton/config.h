@@ -115,6 +115,19 @@ typedef struct bt_config {
    * `baton models --layers`) of stages 2..N, increasing. Default empty. */
   char cuts[BT_CONFIG_DEVICES_MAX][BT_CONFIG_DEVICE_NAME];
   int n_cuts;
+  /* throttle: per-rank slowdowns added to the device profiles,
+   * "RANK:ITERATION:FACTOR" (every op class of rank RANK's device FACTOR
+   * times slower from iteration ITERATION on). Default empty. */
+  char throttle[BT_CONFIG_DEVICES_MAX][BT_CONFIG_DEVICE_NAME];
+  int n_throttle;
+  /* replan.every: with partition predicted or oracle, every N iterations
+   * rank 0 gathers the measured layer times (predicted: the predictor learns
+   * from them) and re-plans; 0 = never. Default 10. */
+  int replan_every;
+  /* replan.threshold: re-cut only when the new plan's predicted iteration
+   * time, with the weight migration spread over the remaining iterations,
+   * beats the current plan's by more than this fraction. Default 0.05. */
+  double replan_threshold;
   /* clock: "virtual" (emulated device time), "wall" (sleep to device time) or
    * "none" (real hardware, no emulation). Default "virtual". */
   char clock[BT_CONFIG_ENUM_MAX];

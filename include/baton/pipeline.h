@@ -122,6 +122,20 @@ int bt_pipeline_gather_params(bt_pipeline *p, float *params, float *state, bt_er
 
 /* Evaluation on rank 0's test data through the pipeline (forward only,
  * collective): x on the first stage, y on the last; returns on rank 0. */
+/* Re-planning: every stage's parameters, momentum and state gathered into
+ * whole-model arrays on rank 0 (laid out by the layers' param_off and
+ * state_off; ignored elsewhere), and scattered back into the stages of a
+ * pipeline with other cuts. Collective. */
+int bt_pipeline_export_state(bt_pipeline *p, float *params, float *momentum, float *state,
+                             bt_err *err);
+int bt_pipeline_import_state(bt_pipeline *p, const float *params, const float *momentum,
+                             const float *state, bt_err *err);
+
+/* This rank's clock, and setting it: a pipeline re-created with new cuts
+ * continues the run's time line. */
+double bt_pipeline_clock(const bt_pipeline *p);
+void bt_pipeline_set_clock(bt_pipeline *p, double t);
+
 int bt_pipeline_evaluate(bt_pipeline *p, const float *x, const int32_t *y, long n, double *loss,
                          long *correct, bt_err *err);
 

@@ -24,7 +24,10 @@ static void plan_usage(FILE *f) {
           "  --devices in-order  every device runs one stage, in the experiment's order (what\n"
           "                      baton train runs; default)\n"
           "  --devices all       every device runs one stage, in the best order\n"
-          "  --devices any       any subset of the devices, in the best order\n");
+          "  --devices any       any subset of the devices, in the best order\n"
+          "  --iteration N       plan for the device speeds at iteration N (throttling, from\n"
+          "                      the profiles and `throttle:`), and show what the plan of\n"
+          "                      iteration 0 costs then\n");
 }
 
 static int parse_use(const char *v, bt_plan_device_use *use) {
@@ -117,6 +120,7 @@ static int compare_all(cli_planner *pl, bt_plan_device_use use, bt_err *err) {
 
 int bt_cmd_plan(int argc, char **argv) {
   bt_plan_device_use use = BT_PLAN_DEVICES_IN_ORDER;
+  long at_iteration = 0;
   char **rest = calloc((size_t)argc + 1, sizeof *rest);
   int n_rest = 0;
   if (!rest)
@@ -126,6 +130,16 @@ int bt_cmd_plan(int argc, char **argv) {
       plan_usage(stdout);
       free(rest);
       return 0;
+    }
+    if (strcmp(argv[i], "--iteration") == 0) {
+      char *end = NULL;
+      at_iteration = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
+      if (!end || *end || at_iteration < 0) {
+        free(rest);
+        return bt_cli_fail("plan", "--iteration takes an iteration number >= 0") + 1;
+      }
+      i++;
+      continue;
     }
     if (strcmp(argv[i], "--devices") == 0) {
       if (i + 1 >= argc || parse_use(argv[i + 1], &use) < 0) {
@@ -180,6 +194,21 @@ int bt_cmd_plan(int argc, char **argv) {
          store[0] ? store : "(fresh)", pl.calib_measured, pl.calib_seconds);
   bt_plan plan;
   cli_plan_info info;
+  if (at_iteration > 0 && use == BT_PLAN_DEVICES_IN_ORDER) {
+    bt_plan first;
+    cli_plan_info first_info;
+    if (cli_planner_plan(&pl, cfg.partition, use, &first, &first_info, &err) < 0)
+      goto fail;
+    cli_planner_truth_at(&pl, at_iteration);
+    bt_plan again = first;
+    if (cli_planner_evaluate(&pl, 0, first.first, &again, &err) < 0)
+      goto fail;
+    char cuts[128];
+    format_cuts(&first, cuts, sizeof cuts);
+    printf("the plan of iteration 0 (cuts %s): true %.4f s/iteration then, %.4f s at iteration "
+           "%ld\n",
+           cuts, first_info.true_time, again.iter_time, at_iteration);
+  }
   if (cli_planner_plan(&pl, cfg.partition, use, &plan, &info, &err) < 0)
     goto fail;
   if (pl.pred_fwd)

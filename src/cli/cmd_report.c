@@ -26,12 +26,15 @@
 #include "cli.h"
 
 static void report_usage(FILE *f) {
-  fprintf(f, "usage: baton report RUN.h5 [--iterations FIRST:LAST] [--last N]\n\n"
+  fprintf(f, "usage: baton report RUN.h5 [--iterations FIRST:LAST] [--last N] "
+             "[--per-iteration]\n\n"
              "Summarises a run log: run attributes, plans, per-rank compute, communication\n"
              "and idle (bubble) time over the logged iterations, throughput on the run's\n"
              "clock, and the mean loss of the last iterations. Works on a run in progress.\n"
              "  --iterations FIRST:LAST  only these iterations (inclusive; either side may be\n"
              "                           empty), e.g. 1: to leave out a warm-up iteration\n"
+             "  --per-iteration          also one line per iteration: loss, accuracy, iteration\n"
+             "                           time, bytes sent\n"
              "  --last N                 loss and accuracy: mean of the last N iterations "
              "(10)\n");
 }
@@ -82,7 +85,27 @@ static void print_plans(const bt_runlog_data *d) {
     }
     if (isfinite(pl->predicted_iteration_time))
       printf("; predicted %s per iteration", seconds(pl->predicted_iteration_time, t, sizeof t));
+    /* Measured: the mean iteration time of the /train rows the plan ran. */
+    const long until = p + 1 < d->n_plans ? d->plans[p + 1].iteration : INT64_MAX;
+    double sum = 0;
+    long n = 0;
+    for (size_t i = 0; i < d->n_train; i++)
+      if (d->train[i].iteration >= pl->iteration && d->train[i].iteration < until)
+        sum += d->train[i].iteration_time, n++;
+    if (n > 0)
+      printf("; measured %s over %ld iterations", seconds(sum / n, t, sizeof t), n);
     printf("\n");
+  }
+}
+
+/* One line per /train row in [first, last]. */
+static void print_iterations(const bt_runlog_data *d, int64_t first, int64_t last) {
+  printf("%9s %10s %9s %14s %12s\n", "iteration", "loss", "accuracy", "iteration s", "bytes sent");
+  for (size_t i = 0; i < d->n_train; i++) {
+    const bt_train_record *r = &d->train[i];
+    if (r->iteration >= first && r->iteration <= last)
+      printf("%9lld %10.6f %8.2f%% %14.6f %12lld\n", (long long)r->iteration, r->loss,
+             100 * r->accuracy, r->iteration_time, (long long)r->bytes_sent);
   }
 }
 
@@ -270,7 +293,7 @@ static void print_evals(const bt_runlog_data *d) {
            100 * d->eval[i].accuracy, (long long)d->eval[i].samples);
 }
 
-static int report(const char *path, int64_t first, int64_t last, long window) {
+static int report(const char *path, int64_t first, int64_t last, long window, int per_iter) {
   bt_runlog_data d;
   bt_err err;
   if (bt_runlog_read(path, &d, &err) < 0)
@@ -296,6 +319,8 @@ static int report(const char *path, int64_t first, int64_t last, long window) {
   print_throughput(&d, &tot, first, last);
   print_loss(&d, first, last, window);
   print_evals(&d);
+  if (per_iter)
+    print_iterations(&d, first, last);
   free(tot.rank);
   free(tot.spans);
   bt_runlog_data_free(&d);
@@ -306,6 +331,7 @@ int bt_cmd_report(int argc, char **argv) {
   const char *path = NULL;
   int64_t first = 0, last = INT64_MAX;
   long window = 10;
+  int per_iter = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       report_usage(stdout);
@@ -313,6 +339,8 @@ int bt_cmd_report(int argc, char **argv) {
     } else if (strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
       if (bt_cli_parse_range(argv[++i], &first, &last) < 0)
         return bt_cli_fail("report", "--iterations '%s': expected FIRST:LAST, e.g. 1:", argv[i]);
+    } else if (strcmp(argv[i], "--per-iteration") == 0) {
+      per_iter = 1;
     } else if (strcmp(argv[i], "--last") == 0 && i + 1 < argc) {
       char *end;
       window = strtol(argv[++i], &end, 10);
@@ -330,5 +358,5 @@ int bt_cmd_report(int argc, char **argv) {
     report_usage(stderr);
     return 2;
   }
-  return report(path, first, last, window);
+  return report(path, first, last, window, per_iter);
 }

@@ -48,11 +48,42 @@ int cli_link_params(const bt_config *c, int n, const bt_device *src_dev, int src
   return 0;
 }
 
+int cli_apply_throttle(const bt_config *c, int n, int rank, bt_device *d, bt_err *err) {
+  for (int i = 0; i < c->n_throttle; i++) {
+    int r;
+    long after;
+    double factor;
+    char tail;
+    if (sscanf(c->throttle[i], "%d:%ld:%lf%c", &r, &after, &factor, &tail) != 3 || r < 0 ||
+        r >= n || after < 0 || !(factor > 0) || !isfinite(factor))
+      return bt_err_set(err,
+                        "throttle entry '%s': expected RANK:ITERATION:FACTOR with a rank in "
+                        "0..%d, an iteration >= 0 and a factor > 0, e.g. 2:20:2",
+                        c->throttle[i], n - 1);
+    if (r != rank)
+      continue;
+    if (d->n_throttle >= BT_DEVICE_THROTTLE_MAX)
+      return bt_err_set(err, "throttle entry '%s': device %s already has %d throttle steps",
+                        c->throttle[i], d->name, BT_DEVICE_THROTTLE_MAX);
+    int k = d->n_throttle;
+    while (k > 0 && d->throttle[k - 1].after_iteration > after) {
+      d->throttle[k] = d->throttle[k - 1];
+      k--;
+    }
+    d->throttle[k].after_iteration = after;
+    for (int cl = 0; cl < BT_OP_CLASS_COUNT; cl++)
+      d->throttle[k].factor[cl] = factor;
+    d->n_throttle++;
+  }
+  return 0;
+}
+
 void cli_planner_free(cli_planner *pl) {
   free(pl->host_fwd), free(pl->host_bwd), free(pl->true_fwd), free(pl->true_bwd);
   free(pl->pred_fwd), free(pl->pred_bwd), free(pl->optim);
   free(pl->act_bytes), free(pl->state_bytes), free(pl->stash_bytes), free(pl->flops);
   free(pl->bandwidth), free(pl->latency);
+  bt_predictor_free(pl->predictor);
   memset(pl, 0, sizeof *pl);
 }
 
@@ -130,6 +161,21 @@ static void layer_figures(cli_planner *pl) {
   }
 }
 
+void cli_planner_truth_at(cli_planner *pl, long iteration) {
+  const int D = pl->n_devices, L = pl->n_layers, mb = pl->micro_batch;
+  pl->truth_iteration = iteration;
+  for (int d = 0; d < D; d++)
+    for (int l = 0; l < L; l++) {
+      const bt_layer *y = &pl->model->layers[l];
+      pl->true_fwd[d * L + l] = bt_device_layer_mapped(&pl->dev[d], &pl->host, y, mb, BT_PASS_FWD,
+                                                       pl->host_fwd[l], iteration)
+                                    .total;
+      pl->true_bwd[d * L + l] = bt_device_layer_mapped(&pl->dev[d], &pl->host, y, mb, BT_PASS_BWD,
+                                                       pl->host_bwd[l], iteration)
+                                    .total;
+    }
+}
+
 int cli_planner_init(cli_planner *pl, const bt_config *c, const bt_model *m, const char *store,
                      const char *host, bt_err *err) {
   memset(pl, 0, sizeof *pl);
@@ -150,7 +196,8 @@ int cli_planner_init(cli_planner *pl, const bt_config *c, const bt_model *m, con
   char data[4096];
   bt_cli_data_dir(data, sizeof data);
   for (int d = 0; d < D; d++)
-    if (bt_device_find(c->devices[d], data, &pl->dev[d], err) < 0)
+    if (bt_device_find(c->devices[d], data, &pl->dev[d], err) < 0 ||
+        cli_apply_throttle(c, D, d, &pl->dev[d], err) < 0)
       return -1;
   if (calibrate_model(pl, store, host, err) < 0)
     return -1;
@@ -159,15 +206,8 @@ int cli_planner_init(cli_planner *pl, const bt_config *c, const bt_model *m, con
     pl->mem_cap[d] = pl->dev[d].capacity_mib * 1048576.0;
     pl->peak[d] = pl->dev[d].rate[BT_OP_CONV] * 1e9;
     for (int l = 0; l < L; l++) {
-      const bt_layer *y = &m->layers[l];
-      pl->true_fwd[d * L + l] = bt_device_layer_mapped(&pl->dev[d], &pl->host, y, pl->micro_batch,
-                                                       BT_PASS_FWD, pl->host_fwd[l], 0)
-                                    .total;
-      pl->true_bwd[d * L + l] = bt_device_layer_mapped(&pl->dev[d], &pl->host, y, pl->micro_batch,
-                                                       BT_PASS_BWD, pl->host_bwd[l], 0)
-                                    .total;
       /* the optimizer step: a memory-bound sweep over p, g, momentum (as the runtime) */
-      const double p = (double)y->n_params;
+      const double p = (double)m->layers[l].n_params;
       const bt_device_op op = {BT_OP_ELEMENTWISE, 3.0 * p, 20.0 * p};
       pl->optim[d * L + l] = p > 0 ? bt_device_op_analytic(&pl->dev[d], &op, 0) : 0;
     }
@@ -179,6 +219,7 @@ int cli_planner_init(cli_planner *pl, const bt_config *c, const bt_model *m, con
       pl->latency[d * D + e] = d == e ? 0 : lp.latency_s;
     }
   }
+  cli_planner_truth_at(pl, 0);
   const double act_bits = codec_bits(c->codec_activations, err);
   const double grad_bits = act_bits < 0 ? -1 : codec_bits(c->codec_gradients, err);
   if (act_bits < 0 || grad_bits < 0)
@@ -244,6 +285,39 @@ static void free_sets(bt_profile *sets, char **names, int n) {
   free(sets), free(names);
 }
 
+/* The predictor's row of device d (its head). */
+static void predict_row(const cli_planner *pl, int d, double *fwd, double *bwd) {
+  const int dev = bt_predictor_device(pl->predictor, pl->head[d]);
+  for (int l = 0; l < pl->n_layers; l++) {
+    const bt_layer *y = &pl->model->layers[l];
+    fwd[l] = bt_predictor_predict_dev(pl->predictor, dev, y, pl->micro_batch, BT_PASS_FWD);
+    bwd[l] = bt_predictor_predict_dev(pl->predictor, dev, y, pl->micro_batch, BT_PASS_BWD);
+  }
+}
+
+int cli_planner_learn(cli_planner *pl, int d, int first, int count, const double *fwd,
+                      const double *bwd, bt_err *err) {
+  if (!pl->predictor)
+    return bt_err_set(err, "the planner has no predictor to update");
+  bt_pred_sample *s = calloc(2 * (size_t)count + 1, sizeof *s);
+  if (!s)
+    return bt_err_set(err, "out of memory for predictor samples");
+  int n = 0;
+  for (int k = 0; k < count; k++) {
+    const bt_layer *y = &pl->model->layers[first + k];
+    if (fwd[k] > 0 && isfinite(fwd[k]))
+      s[n++] = (bt_pred_sample){y, pl->micro_batch, BT_PASS_FWD, fwd[k]};
+    if (bwd[k] > 0 && isfinite(bwd[k]))
+      s[n++] = (bt_pred_sample){y, pl->micro_batch, BT_PASS_BWD, bwd[k]};
+  }
+  int rc = n ? bt_predictor_update(pl->predictor, pl->head[d], s, n, err) : 0;
+  free(s);
+  if (rc == 0)
+    predict_row(pl, d, pl->pred_fwd + (size_t)d * pl->n_layers,
+                pl->pred_bwd + (size_t)d * pl->n_layers);
+  return rc;
+}
+
 /* Times the probe set on device d (the emulation: host time mapped through
  * the device's model) and adapts the predictor to it. */
 static int adapt_device(cli_planner *pl, bt_predictor *pr, int d, bt_err *err) {
@@ -262,7 +336,7 @@ static int adapt_device(cli_planner *pl, bt_predictor *pr, int d, bt_err *err) {
     pl->probe_device_s += 6 * (e->fwd + e->bwd); /* 5 repeats + warm-up */
   }
   if (rc == 0)
-    rc = bt_predictor_adapt(pr, pl->dev[d].name, s, 2 * probe.n, err);
+    rc = bt_predictor_adapt(pr, pl->head[d], s, 2 * probe.n, err);
   free(s);
   bt_profile_free(&probe);
   return rc;
@@ -280,6 +354,8 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
   int n;
   int rc = load_sets(dir, &sets, &names, &n, err);
   bt_predictor *pr = NULL;
+  bt_predictor_free(pl->predictor);
+  pl->predictor = NULL;
   bt_predictor_options opt;
   bt_predictor_default_options(&opt);
   if (rc == 0)
@@ -289,20 +365,20 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
   if (rc == 0 && (!pf || !pb))
     rc = bt_err_set(err, "out of memory for predictions");
   for (int d = 0; rc == 0 && d < D; d++) {
-    if (bt_predictor_device(pr, pl->dev[d].name) < 0) {
-      if (adapt_device(pl, pr, d, err) < 0) {
+    /* One head per rank, so that each rank's throttling is followed apart. */
+    snprintf(pl->head[d], sizeof pl->head[d], "rank%d:%s", d, pl->dev[d].name);
+    if (bt_predictor_device(pr, pl->dev[d].name) >= 0) {
+      if (bt_predictor_clone_device(pr, pl->dev[d].name, pl->head[d], err) < 0)
         rc = -1;
-        break;
-      }
+    } else if (adapt_device(pl, pr, d, err) < 0) {
+      rc = -1;
+    } else {
       pl->n_adapted++;
     }
-    const int dev = bt_predictor_device(pr, pl->dev[d].name);
-    for (int l = 0; l < L; l++) {
-      const bt_layer *y = &pl->model->layers[l];
-      pf[d * L + l] = bt_predictor_predict_dev(pr, dev, y, pl->micro_batch, BT_PASS_FWD);
-      pb[d * L + l] = bt_predictor_predict_dev(pr, dev, y, pl->micro_batch, BT_PASS_BWD);
-    }
   }
+  pl->predictor = pr;
+  for (int d = 0; rc == 0 && d < D; d++)
+    predict_row(pl, d, pf + (size_t)d * L, pb + (size_t)d * L);
   if (rc == 0 && getenv("BATON_DEBUG_PLAN"))
     for (int d = 0; d < D; d++)
       for (int l = 0; l < L; l++)
@@ -310,7 +386,6 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
                 pl->dev[d].name, l + 1, pl->model->layers[l].name, 1e3 * pf[d * L + l],
                 1e3 * pb[d * L + l], 1e3 * pl->true_fwd[d * L + l], 1e3 * pl->true_bwd[d * L + l],
                 1e3 * pl->host_fwd[l], 1e3 * pl->host_bwd[l]);
-  bt_predictor_free(pr);
   if (rc < 0) {
     free(pf), free(pb);
     return -1;
@@ -377,6 +452,24 @@ int cli_config_cuts(const bt_config *c, int n_layers, int stages, int *cuts, bt_
                         s, v, stages);
   }
   return 0;
+}
+
+int cli_planner_evaluate(cli_planner *pl, int predicted, const int *cuts, bt_plan *out,
+                         bt_err *err) {
+  if (predicted && cli_planner_predict(pl, err) < 0)
+    return -1;
+  int ok;
+  bt_plan_problem p =
+      problem(pl, predicted ? pl->pred_fwd : pl->true_fwd, predicted ? pl->pred_bwd : pl->true_bwd,
+              BT_PLAN_DEVICES_IN_ORDER, err, &ok);
+  if (!ok)
+    return -1;
+  memset(out, 0, sizeof *out);
+  out->n_stages = pl->n_devices;
+  for (int s = 0; s < pl->n_devices; s++)
+    out->device[s] = s;
+  memcpy(out->first, cuts, sizeof(int) * (size_t)(pl->n_devices + 1));
+  return bt_plan_evaluate(&p, out, err);
 }
 
 /* The slowest device's profiling time when every layer is timed on every

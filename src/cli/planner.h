@@ -30,10 +30,13 @@ typedef struct cli_planner {
   double *bandwidth, *latency; /* [D*D] bytes/s, s */
   double codec_ratio;
   int calib_stored, calib_measured;
-  double calib_seconds;   /* host seconds spent calibrating (0 when all stored) */
-  double predict_seconds; /* host seconds: fitting the predictor, probes, predictions */
-  double probe_device_s;  /* device seconds of the probe layers timed on unseen devices */
-  int n_adapted;          /* devices the predictor did not know (adapted from probes) */
+  double calib_seconds;           /* host seconds spent calibrating (0 when all stored) */
+  double predict_seconds;         /* host seconds: fitting the predictor, probes, predictions */
+  double probe_device_s;          /* device seconds of the probe layers timed on unseen devices */
+  int n_adapted;                  /* devices the predictor did not know (adapted from probes) */
+  struct bt_predictor *predictor; /* kept for online updates */
+  char head[BT_PLAN_MAX_DEVICES][96]; /* predictor head of device d: "rankD:NAME" */
+  long truth_iteration;               /* iteration the true times describe */
 } cli_planner;
 
 /* What a partitioner's plan costs and promises. */
@@ -51,6 +54,10 @@ typedef struct cli_plan_info {
 int cli_link_params(const bt_config *c, int n, const bt_device *src_dev, int src, int dst,
                     bt_link_params *out, bt_err *err);
 
+/* Adds the experiment's `throttle:` entries for `rank` to its device
+ * profile (n = devices in the experiment); a malformed entry is an error. */
+int cli_apply_throttle(const bt_config *c, int n, int rank, bt_device *d, bt_err *err);
+
 /* Loads the devices, calibrates every layer of the model on the host (through
  * the calibration store `store`, NULL = fresh; `host` its fingerprint) and
  * fills the true device times and the memory and link figures. */
@@ -62,6 +69,20 @@ void cli_planner_free(cli_planner *pl);
  * profiling sets in <data>/predictor; a device the sets do not name is
  * adapted from the probe set timed on it. Idempotent. */
 int cli_planner_predict(cli_planner *pl, bt_err *err);
+
+/* One online round: device d ran layers [first, first + count) in fwd/bwd
+ * device seconds per micro-batch; its predictor head follows them
+ * (bt_predictor_update) and its predicted row is recomputed. */
+int cli_planner_learn(cli_planner *pl, int d, int first, int count, const double *fwd,
+                      const double *bwd, bt_err *err);
+
+/* Recomputes the true times for `iteration` (throttling schedules). */
+void cli_planner_truth_at(cli_planner *pl, long iteration);
+
+/* The plan with these cuts (devices in order), evaluated under the
+ * predictor's view (predicted != 0) or the true times. */
+int cli_planner_evaluate(cli_planner *pl, int predicted, const int *cuts, bt_plan *out,
+                         bt_err *err);
 
 /* The partitioners `partition:` accepts (NULL-terminated). */
 extern const char *const cli_partitioners[];

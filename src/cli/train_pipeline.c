@@ -82,6 +82,8 @@ typedef struct run {
   /* The plan's predicted figures (NAN without a planner): per stage fwd + bwd
    * of one micro-batch, the iteration, and the iteration under true times. */
   double plan_stage[BT_CONFIG_DEVICES_MAX], plan_iter, plan_true;
+  cli_planner *planner; /* rank 0, planned partitions: kept for re-planning */
+  int replans;
 } run;
 
 /* Whether the cuts come from a partitioner (rank 0 plans at start). */
@@ -160,6 +162,15 @@ static int setup_calibration(run *r, bt_err *err) {
   return agree(r->comm, ok);
 }
 
+/* "[8, 9, 20]": the 1-based first layers of stages 2..n. */
+static void format_cuts(const int *cuts, int n, char *buf, size_t len) {
+  size_t used = (size_t)snprintf(buf, len, "[");
+  for (int s = 1; s < n && used < len; s++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%d", s > 1 ? ", " : "", cuts[s] + 1);
+  if (used < len)
+    snprintf(buf + used, len - used, "]");
+}
+
 /* Rank 0 plans (planner.h: calibrates the model through the store, asks the
  * partitioner) while the others sleep; every rank gets the cuts. The runtime
  * runs one stage per rank, so the plan uses every device in the
@@ -180,13 +191,16 @@ static int setup_plan(run *r, bt_err *err) {
                       "partition %s plans at most %d devices; use partition: even or "
                       "explicit for %d",
                       c->partition, BT_PLAN_MAX_DEVICES, r->size) == 0;
-    cli_planner pl;
+    r->planner = calloc(1, sizeof *r->planner);
+    cli_planner *pl = r->planner;
     bt_plan plan;
     cli_plan_info info;
+    if (ok && !pl)
+      ok = bt_err_set(err, "out of memory for the planner") == 0;
     ok = ok &&
-         cli_planner_init(&pl, c, &r->model, r->calib_path[0] ? r->calib_path : NULL, r->calib_host,
+         cli_planner_init(pl, c, &r->model, r->calib_path[0] ? r->calib_path : NULL, r->calib_host,
                           err) == 0 &&
-         cli_planner_plan(&pl, c->partition, BT_PLAN_DEVICES_IN_ORDER, &plan, &info, err) == 0;
+         cli_planner_plan(pl, c->partition, BT_PLAN_DEVICES_IN_ORDER, &plan, &info, err) == 0;
     if (ok) {
       memcpy(cuts, plan.first, sizeof(int) * (size_t)(r->size + 1));
       figures[0] = plan.iter_time;
@@ -194,21 +208,16 @@ static int setup_plan(run *r, bt_err *err) {
       for (int s = 0; s < r->size; s++)
         figures[2 + s] = plan.fwd[s] + plan.bwd[s];
       char list[256];
-      size_t used = 0;
-      for (int s = 1; s < r->size && used < sizeof list; s++)
-        used += (size_t)snprintf(list + used, sizeof list - used, "%s%d", s > 1 ? ", " : "",
-                                 cuts[s] + 1);
-      printf("plan: partition %s, cuts [%s], predicted %.4f s/iteration (%.4f s with the true "
-             "device times); planned in %.2f s%s\n",
+      format_cuts(cuts, r->size, list, sizeof list);
+      printf("plan: partition %s, cuts %s, predicted %.4f s/iteration (%.4f s with the true "
+             "device times); planned in %.2f s\n",
              c->partition, list, plan.iter_time, info.true_time,
-             info.plan_seconds + pl.calib_seconds + pl.predict_seconds,
-             info.profiling_s > 0 ? "" : "");
+             info.plan_seconds + pl->calib_seconds + pl->predict_seconds);
       if (info.profiling_s > 0)
         printf("plan: the %s partitioner needs %.2f s of device time profiling first\n",
                c->partition, info.profiling_s);
       fflush(stdout);
     }
-    cli_planner_free(&pl);
   }
   bt_mpi_quiet_barrier(r->comm); /* the others sleep while rank 0 calibrates and plans */
   if (agree(r->comm, ok) < 0)
@@ -223,6 +232,25 @@ static int setup_plan(run *r, bt_err *err) {
   return 0;
 }
 
+/* Whether this rank's stage under `cuts` fits its device (not agreed). */
+static int stage_fits(const run *r, const int *cuts, bt_err *err) {
+  const bt_config *c = r->cfg;
+  bt_schedule sched;
+  bt_schedule_kind kind;
+  memset(&sched, 0, sizeof sched);
+  int ok = bt_schedule_parse_kind(c->schedule, &kind, err) == 0 &&
+           bt_schedule_build(&sched, kind, r->size, c->micro_batches, err) == 0;
+  bt_mem_need need;
+  const int mb = c->batch_size / c->micro_batches;
+  ok = ok && bt_mem_need_stage(&r->model, cuts[r->rank], cuts[r->rank + 1], mb,
+                               sched.slots[r->rank], &need, err) == 0;
+  ok = ok && bt_device_check_memory(&r->dev.dev, &need, c->memory_scale, err) == 0;
+  if (!ok)
+    bt_err_prefix(err, "rank %d", r->rank);
+  bt_schedule_free(&sched);
+  return ok;
+}
+
 static int setup_device(run *r, bt_err *err) {
   const bt_config *c = r->cfg;
   char data[4096];
@@ -231,21 +259,9 @@ static int setup_device(run *r, bt_err *err) {
   measure_host(r, &h);
   r->dev.host_reference_s = BT_CALIB_REFERENCE_FLOPS / (h.sgemm_gflops * 1e9);
   int ok = bt_device_find(c->devices[r->rank], data, &r->dev.dev, err) == 0 &&
+           cli_apply_throttle(c, r->size, r->rank, &r->dev.dev, err) == 0 &&
            bt_host_as_device(&h, &r->dev.host, err) == 0;
-  if (ok) {
-    bt_schedule sched;
-    bt_schedule_kind kind;
-    ok = bt_schedule_parse_kind(c->schedule, &kind, err) == 0 &&
-         bt_schedule_build(&sched, kind, r->size, c->micro_batches, err) == 0;
-    bt_mem_need need;
-    const int mb = c->batch_size / c->micro_batches;
-    ok = ok && bt_mem_need_stage(&r->model, r->cuts[r->rank], r->cuts[r->rank + 1], mb,
-                                 sched.slots[r->rank], &need, err) == 0;
-    ok = ok && bt_device_check_memory(&r->dev.dev, &need, c->memory_scale, err) == 0;
-    if (!ok)
-      bt_err_prefix(err, "rank %d", r->rank);
-    bt_schedule_free(&sched);
-  }
+  ok = ok && stage_fits(r, r->cuts, err);
   return agree(r->comm, ok);
 }
 
@@ -420,6 +436,193 @@ static int log_iteration(run *r, long step, const bt_pipeline_stats *st, bt_err 
   return rc;
 }
 
+/* Seconds to move the weights, momentum and state of the layers whose
+ * stage changes from `from` to `to` cuts, each over its link. */
+static double migration_seconds(const cli_planner *pl, const int *from, const int *to, int S,
+                                double *bytes_moved) {
+  double t = 0, moved = 0;
+  const int D = pl->n_devices;
+  for (int l = 0, a = 0, b = 0; l < pl->n_layers; l++) {
+    while (a + 1 < S && from[a + 1] <= l)
+      a++;
+    while (b + 1 < S && to[b + 1] <= l)
+      b++;
+    const bt_layer *y = &pl->model->layers[l];
+    const double bytes = 4.0 * (2.0 * (double)y->n_params + (double)y->n_state);
+    if (a == b || bytes == 0)
+      continue;
+    moved += bytes;
+    t += pl->latency[a * D + b] + bytes / pl->bandwidth[a * D + b];
+  }
+  *bytes_moved = moved;
+  return t;
+}
+
+/* Rank 0's re-planning decision after iteration `step`: the predictor
+ * learns from the measured layer times (partition predicted) or the true
+ * times move to the next iteration (oracle); a new search; re-cut when the
+ * new plan beats the current one, under the same view, by more than
+ * replan.threshold with the migration spread over the remaining iterations. */
+static int decide_replan(run *r, long step, long remaining, const double *lf, const double *lb,
+                         int *cuts, double *fig, bt_err *err) {
+  const bt_config *c = r->cfg;
+  cli_planner *pl = r->planner;
+  const int S = r->size, predicted = strcmp(c->partition, "predicted") == 0;
+  if (predicted) {
+    for (int d = 0; d < S; d++)
+      if (cli_planner_learn(pl, d, r->cuts[d], r->cuts[d + 1] - r->cuts[d], lf + r->cuts[d],
+                            lb + r->cuts[d], err) < 0)
+        return -1;
+  } else {
+    cli_planner_truth_at(pl, step + 1);
+  }
+  bt_plan cur, nxt;
+  cli_plan_info info;
+  if (cli_planner_evaluate(pl, predicted, r->cuts, &cur, err) < 0 ||
+      cli_planner_plan(pl, c->partition, BT_PLAN_DEVICES_IN_ORDER, &nxt, &info, err) < 0)
+    return -1;
+  double moved;
+  const double mig = migration_seconds(pl, r->cuts, nxt.first, S, &moved);
+  const double gain = cur.iter_time - nxt.iter_time - mig / (double)remaining;
+  if (memcmp(cur.first, nxt.first, sizeof(int) * (size_t)(S + 1)) == 0 ||
+      !(gain > c->replan_threshold * cur.iter_time))
+    return 0;
+  memcpy(cuts, nxt.first, sizeof(int) * (size_t)(S + 1));
+  fig[0] = nxt.iter_time;
+  fig[1] = info.true_time;
+  fig[2] = mig;
+  for (int s = 0; s < S; s++)
+    fig[3 + s] = nxt.fwd[s] + nxt.bwd[s];
+  char a[256], b[256];
+  format_cuts(r->cuts, S, a, sizeof a);
+  format_cuts(cuts, S, b, sizeof b);
+  printf("re-plan after iteration %ld: cuts %s -> %s, predicted %.4f -> %.4f s/iteration, "
+         "migrating %.1f MiB (%.3f s)\n",
+         step + 1, a, b, cur.iter_time, nxt.iter_time, moved / 1048576.0, mig);
+  fflush(stdout);
+  return 1;
+}
+
+/* Every rank's measured per-layer device times of the last iteration, per
+ * micro-batch, on rank 0 ([L] arrays). */
+static int gather_layer_times(run *r, double *lf, double *lb, bt_err *err) {
+  const double *f, *b;
+  int first, count;
+  bt_pipeline_layer_times(r->pipe, &f, &b, &first, &count);
+  const int M = r->cfg->micro_batches;
+  double *mine = malloc(2 * (size_t)count * sizeof(double) + 1);
+  if (!mine)
+    return bt_err_set(err, "rank %d: out of memory gathering layer times", r->rank);
+  for (int k = 0; k < count; k++)
+    mine[k] = f[k] / M, mine[count + k] = b[k] / M;
+  int counts[BT_CONFIG_DEVICES_MAX], displs[BT_CONFIG_DEVICES_MAX];
+  for (int s = 0; s < r->size; s++)
+    counts[s] = r->cuts[s + 1] - r->cuts[s], displs[s] = r->cuts[s];
+  int rc = MPI_Gatherv(mine, count, MPI_DOUBLE, lf, counts, displs, MPI_DOUBLE, 0, r->comm);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Gatherv(mine + count, count, MPI_DOUBLE, lb, counts, displs, MPI_DOUBLE, 0, r->comm);
+  free(mine);
+  return rc == MPI_SUCCESS ? 0
+                           : bt_err_set(err, "rank %d: MPI_Gatherv (layer times) failed", r->rank);
+}
+
+static int setup_pipeline(run *r, bt_err *err);
+
+/* Re-cuts the running pipeline: weights, momentum and state travel through
+ * rank 0 into a pipeline re-created with `cuts`, whose clock continues from
+ * the slowest rank's plus the migration time. */
+static int migrate(run *r, const int *cuts, double migration_s, bt_err *err) {
+  const size_t np = r->model.n_params, ns = r->model.n_state;
+  float *params = NULL, *momentum = NULL, *state = NULL;
+  int ok = 1;
+  if (r->rank == 0) {
+    params = malloc((np + 1) * sizeof(float));
+    momentum = malloc((np + 1) * sizeof(float));
+    state = malloc((ns + 1) * sizeof(float));
+    ok = params && momentum && state;
+  }
+  if (agree(r->comm, ok) < 0 ||
+      bt_pipeline_export_state(r->pipe, params, momentum, state, err) < 0) {
+    free(params), free(momentum), free(state);
+    return bt_err_set(err, "rank %d: migrating the weights failed: %s", r->rank,
+                      ok ? "MPI" : "out of memory on rank 0");
+  }
+  double now = bt_pipeline_clock(r->pipe), t;
+  MPI_Allreduce(&now, &t, 1, MPI_DOUBLE, MPI_MAX, r->comm);
+  bt_pipeline_free(&r->pipe);
+  memcpy(r->cuts, cuts, sizeof(int) * (size_t)(r->size + 1));
+  int rc = setup_pipeline(r, err);
+  if (rc == 0)
+    rc = bt_pipeline_import_state(r->pipe, params, momentum, state, err);
+  if (rc == 0)
+    bt_pipeline_set_clock(r->pipe, t + migration_s);
+  free(params), free(momentum), free(state);
+  return rc;
+}
+
+/* Re-planning every replan.every iterations (partition predicted or oracle). */
+static int maybe_replan(run *r, long step, long total_steps, bt_err *err) {
+  const bt_config *c = r->cfg;
+  const long remaining = total_steps - (step + 1);
+  const int S = r->size;
+  if (c->replan_every <= 0 || remaining <= 0 || (step + 1) % c->replan_every != 0 ||
+      (strcmp(c->partition, "predicted") != 0 && strcmp(c->partition, "oracle") != 0))
+    return 0;
+  const int L = r->model.n_layers;
+  double *lf = r->rank == 0 ? calloc((size_t)L, sizeof(double)) : NULL;
+  double *lb = r->rank == 0 ? calloc((size_t)L, sizeof(double)) : NULL;
+  if (gather_layer_times(r, lf, lb, err) < 0) {
+    free(lf), free(lb);
+    return -1;
+  }
+  int decision = 0, cuts[BT_CONFIG_DEVICES_MAX + 1];
+  double fig[3 + BT_CONFIG_DEVICES_MAX];
+  bt_err derr = {{0}};
+  if (r->rank == 0 && lf && lb) {
+    decision = decide_replan(r, step, remaining, lf, lb, cuts, fig, &derr);
+    if (decision < 0) { /* planning trouble keeps the current plan */
+      fprintf(stderr, "baton train: warning: re-planning after iteration %ld failed: %s\n",
+              step + 1, derr.msg);
+      decision = 0;
+    }
+  }
+  free(lf), free(lb);
+  MPI_Bcast(&decision, 1, MPI_INT, 0, r->comm);
+  if (!decision)
+    return 0;
+  MPI_Bcast(cuts, S + 1, MPI_INT, 0, r->comm);
+  MPI_Bcast(fig, 3 + S, MPI_DOUBLE, 0, r->comm);
+  bt_err merr = {{0}};
+  if (agree(r->comm, stage_fits(r, cuts, &merr)) < 0) {
+    if (merr.msg[0])
+      fprintf(stderr, "baton train: warning: re-plan after iteration %ld not applied: %s\n",
+              step + 1, merr.msg);
+    return 0;
+  }
+  if (migrate(r, cuts, fig[2], err) < 0)
+    return -1;
+  r->plan_iter = fig[0];
+  r->plan_true = fig[1];
+  for (int s = 0; s < S; s++)
+    r->plan_stage[s] = fig[3 + s];
+  r->replans++;
+  if (r->rank == 0 && r->log) {
+    int ranks[BT_CONFIG_DEVICES_MAX];
+    for (int s = 0; s < S; s++)
+      ranks[s] = s;
+    bt_runlog_plan plan = {.iteration = step + 1,
+                           .n_stages = S,
+                           .first_layer = r->cuts,
+                           .device_rank = ranks,
+                           .predicted_stage_time = r->plan_stage,
+                           .predicted_iteration_time = r->plan_iter,
+                           .partitioner = c->partition};
+    if (bt_runlog_append_plan(r->log, &plan, err) < 0 || bt_runlog_flush(r->log, err) < 0)
+      return -1;
+  }
+  return 0;
+}
+
 static void die(run *r, const bt_err *err) {
   fprintf(stderr, "baton train: %s\n", err->msg);
   fflush(stderr);
@@ -545,7 +748,7 @@ static int train_loop(run *r, bt_err *err) {
       bt_pipeline_stats st;
       if (bt_pipeline_step(r->pipe, first ? r->xb : NULL, last ? r->yb : NULL, step, &st, err) <
               0 ||
-          log_iteration(r, step, &st, err) < 0)
+          log_iteration(r, step, &st, err) < 0 || maybe_replan(r, step, total_steps, err) < 0)
         die(r, err);
       loss_sum += st.loss * batch;
       cpu_compute += st.cpu_compute;
@@ -623,6 +826,9 @@ int bt_cli_train_pipeline(bt_config *cfg) {
 out:
   bt_pipeline_free(&r.pipe);
   bt_runlog_close(&r.log, NULL);
+  if (r.planner)
+    cli_planner_free(r.planner);
+  free(r.planner);
   bt_model_free(&r.model);
   bt_dataset_free(&r.train);
   bt_dataset_free(&r.test);

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Re-planning after a mid-run slowdown: by default mobilenetv2 (CIFAR-shaped
+# synthetic data, experiments/configs/vgg11-4dev.yaml's settings otherwise)
+# on 8 emulated devices with partition predicted; rank 6 (a Jetson Orin
+# Nano) becomes 2x slower from iteration 20 (throttle: [6:20:2]). With replan.every=5 the
+# predictor learns from the measured layer times and baton re-cuts; the
+# throughput before the slowdown, right after it (iterations 20-24 still run
+# the old plan) and at the end give the share of the lost throughput that
+# re-planning recovered (target: at least 80%). A run with replan.every=0
+# is the reference without re-planning.
+#   experiments/replan/run.sh [ITERATIONS]   (BATON=path picks the binary;
+#   MODEL, DEVICES, RANK and PARTITION=predicted|oracle pick the scenario)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/common.sh
+baton=${BATON:-./build/baton}
+iters=${1:-50}
+model=${MODEL:-mobilenetv2}
+devices=${DEVICES:-jetson-nano,rpi4,jetson-xavier-nx,rpi5,jetson-tx2,rpi3bplus,jetson-orin-nano,x86-laptop}
+rank=${RANK:-6}
+np=$(echo "$devices" | tr ',' '\n' | wc -l)
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+run() { # EVERY
+  mpirun -np "$np" --oversubscribe "$baton" train experiments/configs/vgg11-4dev.yaml \
+    --set model="$model" --set devices="$devices" --set partition="${PARTITION:-predicted}" \
+    --set iterations="$iters" --set throttle="$rank:20:2" \
+    --set replan.every="$1" --set output="$out/every$1.h5" --set progress=never |
+    grep -E "^(plan|re-plan|pipeline)" || true
+}
+throughput() { # FILE RANGE -> samples/s
+  "$baton" report "$1" --iterations "$2" | sed -n 's/^throughput: \([0-9.]*\) samples.*/\1/p'
+}
+
+echo "== replan.every=0 (reference: the first plan throughout)"
+run 0
+echo "== replan.every=5"
+run 5
+last=$((iters - 1))
+static_before=$(throughput "$out/every0.h5" 15:19)
+static_after=$(throughput "$out/every0.h5" 35:$last)
+before=$(throughput "$out/every5.h5" 15:19)
+hit=$(throughput "$out/every5.h5" 20:24)
+after=$(throughput "$out/every5.h5" 35:$last)
+echo "no re-planning: ${static_before} samples/s before the slowdown, ${static_after} after"
+echo "re-planning:    ${before} samples/s before, ${hit} right after (old plan), ${after} at the end"
+awk -v sb="$static_before" -v sa="$static_after" -v a="$after" 'BEGIN {
+  lost = sb - sa; if (lost <= 0) { print "the slowdown cost the static plan no throughput"; exit 0 }
+  printf "recovered %.1f%% of the throughput the slowdown took from the static plan " \
+    "(target: 80%%)\n", 100 * (a - sa) / lost }'
