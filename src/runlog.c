@@ -123,6 +123,12 @@ static const field train_fields[] = {
     FIELD(bt_train_record, wall_time, F_F64), FIELD(bt_train_record, bytes_sent, F_I64),
 };
 
+static const field predictor_fields[] = {
+    FIELD(bt_predictor_record, iteration, F_I64), FIELD(bt_predictor_record, rank, F_I32),
+    FIELD(bt_predictor_record, layer, F_I32),     FIELD(bt_predictor_record, pass, F_I32),
+    FIELD(bt_predictor_record, predicted, F_F64), FIELD(bt_predictor_record, measured, F_F64),
+};
+
 static const field eval_fields[] = {
     FIELD(bt_eval_record, iteration, F_I64), FIELD(bt_eval_record, epoch, F_I32),
     FIELD(bt_eval_record, loss, F_F64),      FIELD(bt_eval_record, accuracy, F_F64),
@@ -194,7 +200,7 @@ static hid_t compound_type(size_t size, const field *fields, int n, int file) {
   return t;
 }
 
-enum { T_DEVICE, T_LAYER, T_PLAN, T_STAGE, T_EVENT, T_TRAIN, T_EVAL, T_COUNT };
+enum { T_DEVICE, T_LAYER, T_PLAN, T_STAGE, T_EVENT, T_TRAIN, T_EVAL, T_PRED, T_COUNT };
 
 static const struct {
   size_t size;
@@ -208,6 +214,7 @@ static const struct {
     [T_EVENT] = {sizeof(bt_event), event_fields, NFIELDS(event_fields)},
     [T_TRAIN] = {sizeof(bt_train_record), train_fields, NFIELDS(train_fields)},
     [T_EVAL] = {sizeof(bt_eval_record), eval_fields, NFIELDS(eval_fields)},
+    [T_PRED] = {sizeof(bt_predictor_record), predictor_fields, NFIELDS(predictor_fields)},
 };
 
 static hid_t table_type(int table, int file) {
@@ -224,6 +231,7 @@ enum {
   D_TIMELINE,
   D_TRAIN,
   D_EVAL,
+  D_PRED,
   D_T_ITER,
   D_T_FWD,
   D_T_BWD,
@@ -263,6 +271,11 @@ static const struct {
     [D_EVAL] = {"/eval", T_EVAL, 64, "one row per evaluation on the test set",
                 "iteration: optimizer steps done; epoch: 1-based; loss: mean cross-entropy; "
                 "accuracy: fraction"},
+    [D_PRED] = {"/predictor", T_PRED, 256,
+                "the latency predictor against the runtime: one row per layer and pass each "
+                "time rank 0 re-plans (partition predicted)",
+                "predicted, measured: device s per micro-batch on that rank; predicted is the "
+                "prediction before learning from measured"},
     [D_T_ITER] = {"/timing/iteration", -1, 256, "iteration of each row of /timing/fwd and bwd",
                   "iteration number"},
     [D_T_FWD] = {"/timing/fwd", -1, 64, "per-layer forward device time [row, layer]",
@@ -724,6 +737,16 @@ int bt_runlog_append_eval(bt_runlog *log, const bt_eval_record *rec, bt_err *err
   return rc;
 }
 
+int bt_runlog_append_predictor(bt_runlog *log, size_t n, const bt_predictor_record *recs,
+                               bt_err *err) {
+  if (!log || (n > 0 && !recs))
+    return bt_err_set(err, "bt_runlog_append_predictor: bad arguments");
+  bt_h5_quiet q = bt_h5_quiet_begin();
+  int rc = append(log, D_PRED, log->mem[T_PRED], n, 1, recs, err);
+  bt_h5_quiet_end(q);
+  return rc;
+}
+
 int bt_runlog_append_train(bt_runlog *log, const bt_train_record *rec, bt_err *err) {
   if (!log || !rec)
     return bt_err_set(err, "bt_runlog_append_train: log and record are required");
@@ -1012,6 +1035,8 @@ static int read_tables(hid_t f, const char *path, bt_runlog_data *d, bt_err *err
    * change the schema version): absent means no evaluations. */
   if (rc == 0 && H5Lexists(f, "eval", H5P_DEFAULT) > 0)
     rc = read_table(f, path, D_EVAL, mem[T_EVAL], (void **)&d->eval, &d->n_eval, err);
+  if (rc == 0 && H5Lexists(f, "predictor", H5P_DEFAULT) > 0)
+    rc = read_table(f, path, D_PRED, mem[T_PRED], (void **)&d->predictor, &d->n_predictor, err);
   for (int t = 0; t < T_COUNT; t++)
     H5Tclose(mem[t]);
   d->n_layers = n_layers ? (int)n_layers : d->timing_layers;
@@ -1053,6 +1078,7 @@ void bt_runlog_data_free(bt_runlog_data *d) {
   free(d->events);
   free(d->train);
   free(d->eval);
+  free(d->predictor);
   free(d->device_profile);
   free(d->config_yaml);
   free(d->effective_config_yaml);

@@ -111,6 +111,17 @@ typedef struct bt_eval_record {
   int64_t samples;
 } bt_eval_record;
 
+/* One predictor check: a layer's predicted and measured device time on a
+ * rank (per micro-batch), when rank 0 re-plans. predicted is what the
+ * predictor said before it learned from `measured`. */
+typedef struct bt_predictor_record {
+  int64_t iteration; /* the iteration measured */
+  int32_t rank;
+  int32_t layer; /* 0-based */
+  int32_t pass;  /* 0 forward, 1 backward */
+  double predicted, measured;
+} bt_predictor_record;
+
 int bt_runlog_create(bt_runlog **log, const char *path, const bt_runlog_meta *meta, bt_err *err);
 /* Once per run each. Write the layers before the first plan so that the
  * last stage's end layer is known. */
@@ -125,6 +136,8 @@ int bt_runlog_append_timing(bt_runlog *log, int64_t iteration, int n_layers, con
 int bt_runlog_append_events(bt_runlog *log, size_t n, const bt_event *events, bt_err *err);
 int bt_runlog_append_train(bt_runlog *log, const bt_train_record *rec, bt_err *err);
 int bt_runlog_append_eval(bt_runlog *log, const bt_eval_record *rec, bt_err *err);
+int bt_runlog_append_predictor(bt_runlog *log, size_t n, const bt_predictor_record *recs,
+                               bt_err *err);
 /* Makes everything appended so far durable (end of each iteration). */
 int bt_runlog_flush(bt_runlog *log, bt_err *err);
 /* Flushes and closes; *log becomes NULL. Safe on NULL. */
@@ -158,6 +171,8 @@ typedef struct bt_runlog_data {
   bt_train_record *train;
   size_t n_eval;
   bt_eval_record *eval;
+  size_t n_predictor;
+  bt_predictor_record *predictor;
   int n_devices;
   char (*device_profile)[64]; /* [n_devices] */
 

@@ -98,6 +98,42 @@ static void print_plans(const bt_runlog_data *d) {
   }
 }
 
+/* The predictor against the runtime (/predictor): at each check, the mean
+ * absolute error of each rank's stage sum (forward + backward). */
+static void print_predictor(const bt_runlog_data *d) {
+  if (d->n_predictor == 0)
+    return;
+  int checks = 0;
+  double first_err = NAN, last_err = NAN;
+  int64_t first_it = 0, last_it = 0;
+  for (size_t i = 0; i < d->n_predictor;) {
+    const int64_t it = d->predictor[i].iteration;
+    double pred[64] = {0}, meas[64] = {0};
+    int ranks = 0;
+    for (; i < d->n_predictor && d->predictor[i].iteration == it; i++) {
+      const bt_predictor_record *p = &d->predictor[i];
+      if (p->rank < 0 || p->rank >= 64)
+        continue;
+      pred[p->rank] += p->predicted, meas[p->rank] += p->measured;
+      ranks = p->rank + 1 > ranks ? p->rank + 1 : ranks;
+    }
+    double e = 0;
+    int n = 0;
+    for (int k = 0; k < ranks; k++)
+      if (meas[k] > 0)
+        e += fabs(pred[k] / meas[k] - 1), n++;
+    if (n == 0)
+      continue;
+    e = 100 * e / n;
+    if (checks++ == 0)
+      first_err = e, first_it = it;
+    last_err = e, last_it = it;
+  }
+  printf("predictor: %d checks; mean stage-sum error before learning %.1f%% at iteration %lld, "
+         "%.1f%% at iteration %lld\n",
+         checks, first_err, (long long)first_it, last_err, (long long)last_it);
+}
+
 /* One line per /train row in [first, last]. */
 static void print_iterations(const bt_runlog_data *d, int64_t first, int64_t last) {
   printf("%9s %10s %9s %14s %12s\n", "iteration", "loss", "accuracy", "iteration s", "bytes sent");
@@ -319,6 +355,7 @@ static int report(const char *path, int64_t first, int64_t last, long window, in
   print_throughput(&d, &tot, first, last);
   print_loss(&d, first, last, window);
   print_evals(&d);
+  print_predictor(&d);
   if (per_iter)
     print_iterations(&d, first, last);
   free(tot.rank);

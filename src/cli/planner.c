@@ -81,6 +81,7 @@ int cli_apply_throttle(const bt_config *c, int n, int rank, bt_device *d, bt_err
 void cli_planner_free(cli_planner *pl) {
   free(pl->host_fwd), free(pl->host_bwd), free(pl->true_fwd), free(pl->true_bwd);
   free(pl->pred_fwd), free(pl->pred_bwd), free(pl->optim);
+  free(pl->view_fwd), free(pl->view_bwd), free(pl->ratio_fwd), free(pl->ratio_bwd);
   free(pl->act_bytes), free(pl->state_bytes), free(pl->stash_bytes), free(pl->flops);
   free(pl->bandwidth), free(pl->latency);
   bt_predictor_free(pl->predictor);
@@ -312,10 +313,21 @@ int cli_planner_learn(cli_planner *pl, int d, int first, int count, const double
   }
   int rc = n ? bt_predictor_update(pl->predictor, pl->head[d], s, n, err) : 0;
   free(s);
-  if (rc == 0)
-    predict_row(pl, d, pl->pred_fwd + (size_t)d * pl->n_layers,
-                pl->pred_bwd + (size_t)d * pl->n_layers);
-  return rc;
+  if (rc < 0)
+    return -1;
+  const size_t row = (size_t)d * pl->n_layers;
+  predict_row(pl, d, pl->pred_fwd + row, pl->pred_bwd + row);
+  for (int k = 0; k < count; k++) {
+    if (fwd[k] > 0 && isfinite(fwd[k]) && pl->pred_fwd[row + first + k] > 0)
+      pl->ratio_fwd[row + first + k] = fwd[k] / pl->pred_fwd[row + first + k];
+    if (bwd[k] > 0 && isfinite(bwd[k]) && pl->pred_bwd[row + first + k] > 0)
+      pl->ratio_bwd[row + first + k] = bwd[k] / pl->pred_bwd[row + first + k];
+  }
+  for (int l = 0; l < pl->n_layers; l++) {
+    pl->view_fwd[row + l] = pl->pred_fwd[row + l] * pl->ratio_fwd[row + l];
+    pl->view_bwd[row + l] = pl->pred_bwd[row + l] * pl->ratio_bwd[row + l];
+  }
+  return 0;
 }
 
 /* Times the probe set on device d (the emulation: host time mapped through
@@ -390,6 +402,18 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
     free(pf), free(pb);
     return -1;
   }
+  pl->view_fwd = malloc((size_t)D * L * sizeof(double));
+  pl->view_bwd = malloc((size_t)D * L * sizeof(double));
+  pl->ratio_fwd = malloc((size_t)D * L * sizeof(double));
+  pl->ratio_bwd = malloc((size_t)D * L * sizeof(double));
+  for (size_t i = 0; pl->ratio_fwd && pl->ratio_bwd && i < (size_t)D * L; i++)
+    pl->ratio_fwd[i] = pl->ratio_bwd[i] = 1;
+  if (!pl->view_fwd || !pl->view_bwd || !pl->ratio_fwd || !pl->ratio_bwd) {
+    free(pf), free(pb);
+    return bt_err_set(err, "out of memory for predictions");
+  }
+  memcpy(pl->view_fwd, pf, (size_t)D * L * sizeof(double));
+  memcpy(pl->view_bwd, pb, (size_t)D * L * sizeof(double));
   pl->pred_fwd = pf, pl->pred_bwd = pb;
   pl->predict_seconds = bt_cli_now() - t0;
   return 0;
@@ -460,7 +484,7 @@ int cli_planner_evaluate(cli_planner *pl, int predicted, const int *cuts, bt_pla
     return -1;
   int ok;
   bt_plan_problem p =
-      problem(pl, predicted ? pl->pred_fwd : pl->true_fwd, predicted ? pl->pred_bwd : pl->true_bwd,
+      problem(pl, predicted ? pl->view_fwd : pl->true_fwd, predicted ? pl->view_bwd : pl->true_bwd,
               BT_PLAN_DEVICES_IN_ORDER, err, &ok);
   if (!ok)
     return -1;
@@ -518,7 +542,7 @@ int cli_planner_plan(cli_planner *pl, const char *partitioner, bt_plan_device_us
   } else if (strcmp(partitioner, "predicted") == 0) {
     if (cli_planner_predict(pl, err) < 0)
       return -1;
-    bt_plan_problem view = problem(pl, pl->pred_fwd, pl->pred_bwd, use, err, &ok);
+    bt_plan_problem view = problem(pl, pl->view_fwd, pl->view_bwd, use, err, &ok);
     rc = bt_plan_search(&view, out, &st, err);
     info->exact = st.exact;
     info->predicted = out->iter_time;

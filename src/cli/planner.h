@@ -24,7 +24,11 @@ typedef struct cli_planner {
   double *host_fwd, *host_bwd; /* [L] calibrated host seconds per micro-batch */
   double *true_fwd, *true_bwd; /* [D*L] device seconds (what the emulation runs) */
   double *pred_fwd, *pred_bwd; /* [D*L] the predictor's view; NULL until predicted */
-  double *optim;               /* [D*L] optimizer step seconds */
+  /* [D*L] what `predicted` plans with: the model times the ratio measured /
+   * model of the last time the device ran the layer (1 if never). */
+  double *view_fwd, *view_bwd;
+  double *ratio_fwd, *ratio_bwd;
+  double *optim;                                         /* [D*L] optimizer step seconds */
   double *act_bytes, *state_bytes, *stash_bytes, *flops; /* [L] */
   double mem_cap[BT_PLAN_MAX_DEVICES], peak[BT_PLAN_MAX_DEVICES];
   double *bandwidth, *latency; /* [D*D] bytes/s, s */
@@ -72,7 +76,10 @@ int cli_planner_predict(cli_planner *pl, bt_err *err);
 
 /* One online round: device d ran layers [first, first + count) in fwd/bwd
  * device seconds per micro-batch; its predictor head follows them
- * (bt_predictor_update) and its predicted row is recomputed. */
+ * (bt_predictor_update), its predicted row is recomputed, and each measured
+ * layer's ratio measured / model is remembered: the planning view is the
+ * model times that ratio, so a measured layer is exact now and follows the
+ * device's speed (through the head) later. */
 int cli_planner_learn(cli_planner *pl, int d, int first, int count, const double *fwd,
                       const double *bwd, bt_err *err);
 

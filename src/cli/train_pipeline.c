@@ -84,6 +84,7 @@ typedef struct run {
   double plan_stage[BT_CONFIG_DEVICES_MAX], plan_iter, plan_true;
   cli_planner *planner; /* rank 0, planned partitions: kept for re-planning */
   int replans;
+  double pending_migration; /* device s of a migration, charged to the next iteration */
 } run;
 
 /* Whether the cuts come from a partitioner (rank 0 plans at start). */
@@ -458,6 +459,25 @@ static double migration_seconds(const cli_planner *pl, const int *from, const in
   return t;
 }
 
+/* The predictor's view against the measured layer times, before it learns
+ * from them: one /predictor row per layer and pass. */
+static int log_predictor(run *r, long step, const double *lf, const double *lb, bt_err *err) {
+  const cli_planner *pl = r->planner;
+  const int L = r->model.n_layers;
+  bt_predictor_record *rec = calloc(2 * (size_t)L, sizeof *rec);
+  if (!rec)
+    return bt_err_set(err, "out of memory for predictor records");
+  size_t n = 0;
+  for (int d = 0; d < r->size; d++)
+    for (int l = r->cuts[d]; l < r->cuts[d + 1]; l++) {
+      rec[n++] = (bt_predictor_record){step, d, l, 0, pl->pred_fwd[d * L + l], lf[l]};
+      rec[n++] = (bt_predictor_record){step, d, l, 1, pl->pred_bwd[d * L + l], lb[l]};
+    }
+  int rc = bt_runlog_append_predictor(r->log, n, rec, err);
+  free(rec);
+  return rc;
+}
+
 /* Rank 0's re-planning decision after iteration `step`: the predictor
  * learns from the measured layer times (partition predicted) or the true
  * times move to the next iteration (oracle); a new search; re-cut when the
@@ -469,6 +489,8 @@ static int decide_replan(run *r, long step, long remaining, const double *lf, co
   cli_planner *pl = r->planner;
   const int S = r->size, predicted = strcmp(c->partition, "predicted") == 0;
   if (predicted) {
+    if (r->log && log_predictor(r, step, lf, lb, err) < 0)
+      return -1;
     for (int d = 0; d < S; d++)
       if (cli_planner_learn(pl, d, r->cuts[d], r->cuts[d + 1] - r->cuts[d], lf + r->cuts[d],
                             lb + r->cuts[d], err) < 0)
@@ -601,6 +623,7 @@ static int maybe_replan(run *r, long step, long total_steps, bt_err *err) {
   }
   if (migrate(r, cuts, fig[2], err) < 0)
     return -1;
+  r->pending_migration = fig[2];
   r->plan_iter = fig[0];
   r->plan_true = fig[1];
   for (int s = 0; s < S; s++)
@@ -746,9 +769,11 @@ static int train_loop(run *r, bt_err *err) {
         die(r, err);
       }
       bt_pipeline_stats st;
-      if (bt_pipeline_step(r->pipe, first ? r->xb : NULL, last ? r->yb : NULL, step, &st, err) <
-              0 ||
-          log_iteration(r, step, &st, err) < 0 || maybe_replan(r, step, total_steps, err) < 0)
+      if (bt_pipeline_step(r->pipe, first ? r->xb : NULL, last ? r->yb : NULL, step, &st, err) < 0)
+        die(r, err);
+      st.iter_time += r->pending_migration; /* the iteration that waited for a migration */
+      r->pending_migration = 0;
+      if (log_iteration(r, step, &st, err) < 0 || maybe_replan(r, step, total_steps, err) < 0)
         die(r, err);
       loss_sum += st.loss * batch;
       cpu_compute += st.cpu_compute;
