@@ -176,6 +176,9 @@ int bt_plan_problem_check(const bt_plan_problem *p, bt_err *err) {
                       BT_SCHED_MAX_MICRO);
   if (p->kind != BT_SCHED_GPIPE && p->kind != BT_SCHED_1F1B)
     return bt_err_set(err, "partition: unknown schedule kind %d", (int)p->kind);
+  if (p->bounds < BT_PLAN_BOUNDS_AUTO || p->bounds > BT_PLAN_BOUNDS_PARETO)
+    return bt_err_set(err, "partition: unknown bounds %d; use 0 (auto), 1 (scalar) or 2 (pareto)",
+                      (int)p->bounds);
   if (!p->fwd || !p->bwd)
     return bt_err_set(err, "partition: fwd and bwd times [devices x layers] are required");
   size_t n = (size_t)D * L;
@@ -227,12 +230,15 @@ static int plan_check(const ctx *c, const bt_plan *pl, bt_err *err) {
   for (int k = 1; k < S; k++) {
     int cut = pl->first[k];
     if (cut < 1 || cut >= c->L)
-      return bt_err_set(err, "partition: cut %d (first layer of stage %d) = %d is out of range; "
-                        "cuts must lie in [1, %d]", k - 1, k, cut, c->L - 1);
+      return bt_err_set(err,
+                        "partition: cut %d (first layer of stage %d) = %d is out of range; "
+                        "cuts must lie in [1, %d]",
+                        k - 1, k, cut, c->L - 1);
     if (cut <= pl->first[k - 1])
-      return bt_err_set(err, "partition: cut %d (first layer of stage %d) = %d is not greater "
-                        "than the previous cut %d; cuts must be strictly increasing", k - 1, k,
-                        cut, pl->first[k - 1]);
+      return bt_err_set(err,
+                        "partition: cut %d (first layer of stage %d) = %d is not greater "
+                        "than the previous cut %d; cuts must be strictly increasing",
+                        k - 1, k, cut, pl->first[k - 1]);
   }
   unsigned used = 0;
   for (int s = 0; s < S; s++) {
@@ -253,9 +259,11 @@ static int evaluate_ctx(ctx *c, bt_plan *pl, bt_err *err) {
   if (r < 0)
     return -1;
   if (r == 0)
-    return bt_err_set(err, "partition: stage %d (layers %d..%d) needs %.4g bytes on device %d, "
-                      "which has %.4g; move layers off it or add memory", bad, pl->first[bad],
-                      pl->first[bad + 1] - 1, pl->mem[bad], pl->device[bad], cap(c, pl->device[bad]));
+    return bt_err_set(err,
+                      "partition: stage %d (layers %d..%d) needs %.4g bytes on device %d, "
+                      "which has %.4g; move layers off it or add memory",
+                      bad, pl->first[bad], pl->first[bad + 1] - 1, pl->mem[bad], pl->device[bad],
+                      cap(c, pl->device[bad]));
   return 0;
 }
 
@@ -301,8 +309,10 @@ static int min_scale_ctx(const ctx *c, double *scale, bt_err *err) {
   size_t nU = (size_t)1 << D;
   size_t ns = (size_t)L * nU * D;
   if ((long)ns > MAX_DP_STATES)
-    return bt_err_set(err, "partition: %d layers x 2^%d device sets x %d devices is too large "
-                      "for the exact search; use fewer devices or coarser layers", L, D, D);
+    return bt_err_set(err,
+                      "partition: %d layers x 2^%d device sets x %d devices is too large "
+                      "for the exact search; use fewer devices or coarser layers",
+                      L, D, D);
   double *R = malloc(ns * sizeof(double));
   if (!R)
     return bt_err_set(err, "partition: out of memory for the DP table");
@@ -357,27 +367,33 @@ static int no_fit(const ctx *c, bt_err *err) {
   if (min_scale_ctx(c, &s, err) < 0)
     return -1;
   if (!isfinite(s))
-    return bt_err_set(err, "partition: no plan fits in memory at any scale (some layer needs "
+    return bt_err_set(err,
+                      "partition: no plan fits in memory at any scale (some layer needs "
                       "memory and no device capacity is > 0%s)",
                       c->p->device_use != BT_PLAN_ANY_DEVICES && c->L < c->D
                           ? ", or fewer layers than devices that must all be used"
                           : "");
-  return bt_err_set(err, "partition: no plan fits in memory (scale %.4g); the smallest memory "
+  return bt_err_set(err,
+                    "partition: no plan fits in memory (scale %.4g); the smallest memory "
                     "scale with which some plan fits is %.6g x every device's capacity",
                     c->scale, s);
 }
 
 /* ---- exact search ---- */
 
-/* Replay program: the ops of bt_schedule_build(kind, S, M) in one order that
- * respects every dependency (the order bt_schedule_simulate plays them in),
- * so a plan's makespan is one linear pass with the same arithmetic as
- * bt_schedule_makespan (bit-identical result) and no validation or
+/* Replay program: the compute ops of bt_schedule_build(kind, S, M) in an
+ * order that respects every dependency (the order bt_schedule_simulate plays
+ * them in), each fused with the receive before it and the send after it
+ * (a stage runs them back to back and comm ops take no stage time). A
+ * plan's makespan is then one linear pass doing the same additions and
+ * maxima as bt_schedule_makespan (bit-identical), with no validation or
  * allocation. */
-enum { R_FWD, R_BWD, R_OPT, R_RECV, R_SEND_ACT, R_SEND_GRAD };
+enum { R_FWD, R_BWD, R_OPT };
 
 typedef struct rop {
-  int stage, kind, msg; /* msg: message id of a send or of the send a receive waits for */
+  int stage, kind;
+  int in, out; /* message received before / sent after (ids), -1 if none */
+  int ch;      /* link of the send: activations s -> s+1 are s, gradients s -> s-1 S + s - 1 */
 } rop;
 
 typedef struct prog {
@@ -385,9 +401,6 @@ typedef struct prog {
   rop *ops;
 } prog;
 
-static int is_recv_op(bt_op_kind k) { return k == BT_OP_RECV_ACT || k == BT_OP_RECV_GRAD; }
-
-/* Channel of a comm op: activations s -> s+1 are channel s, gradients s -> s-1 S + s - 1. */
 static int op_channel(int S, int st, bt_op_kind k) {
   switch (k) {
   case BT_OP_SEND_ACT:
@@ -416,6 +429,9 @@ static int prog_build(prog *g, const bt_schedule *s, bt_err *err) {
   int *base = pc + S, *msg = base + S, *sent = msg + total, *got = sent + 2 * S;
   for (int st = 1; st < S; st++)
     base[st] = base[st - 1] + s->n_ops[st - 1];
+  int played = 0, pending_in[MAXD];
+  for (int st = 0; st < S; st++)
+    pending_in[st] = -1;
   g->n = g->n_msgs = 0;
   for (int progress = 1; progress;) {
     progress = 0;
@@ -423,81 +439,71 @@ static int prog_build(prog *g, const bt_schedule *s, bt_err *err) {
       while (pc[st] < s->n_ops[st]) {
         const bt_op *op = &s->ops[st][pc[st]];
         int ch = op_channel(S, st, op->kind);
-        if (is_recv_op(op->kind) && sent[ch] <= got[ch])
+        if ((op->kind == BT_OP_RECV_ACT || op->kind == BT_OP_RECV_GRAD) && sent[ch] <= got[ch])
           break;
-        rop r = {st, R_FWD, -1};
         switch (op->kind) {
-        case BT_OP_FORWARD:
-          r.kind = R_FWD;
-          break;
-        case BT_OP_BACKWARD:
-          r.kind = R_BWD;
-          break;
-        case BT_OP_OPTIM_STEP:
-          r.kind = R_OPT;
-          break;
-        case BT_OP_SEND_ACT:
-        case BT_OP_SEND_GRAD:
-          r.kind = op->kind == BT_OP_SEND_ACT ? R_SEND_ACT : R_SEND_GRAD;
-          r.msg = msg[base[st] + pc[st]] = g->n_msgs++;
-          sent[ch]++;
-          break;
-        default: /* a receive: the send it matches has been played */
-          r.kind = R_RECV;
-          r.msg = msg[base[op->peer] + op->peer_op];
+        case BT_OP_RECV_ACT:
+        case BT_OP_RECV_GRAD: /* the send it matches has been played */
+          pending_in[st] = msg[base[op->peer] + op->peer_op];
           got[ch]++;
           break;
+        case BT_OP_SEND_ACT:
+        case BT_OP_SEND_GRAD: /* fused into the compute op just before it */
+          if (g->n == 0 || g->ops[g->n - 1].stage != st || g->ops[g->n - 1].out >= 0) {
+            free(pc);
+            return bt_err_set(err,
+                              "partition: the %d-stage schedule has a send without its "
+                              "compute op",
+                              S);
+          }
+          g->ops[g->n - 1].out = msg[base[st] + pc[st]] = g->n_msgs++;
+          g->ops[g->n - 1].ch = ch;
+          sent[ch]++;
+          break;
+        default:
+          g->ops[g->n++] = (rop){st,
+                                 op->kind == BT_OP_FORWARD    ? R_FWD
+                                 : op->kind == BT_OP_BACKWARD ? R_BWD
+                                                              : R_OPT,
+                                 pending_in[st], -1, -1};
+          pending_in[st] = -1;
+          break;
         }
-        g->ops[g->n++] = r;
+        played++;
         pc[st]++;
         progress = 1;
       }
   }
   free(pc);
-  if (g->n != total)
+  if (played != total)
     return bt_err_set(err, "partition: the %d-stage schedule does not replay", S);
   return 0;
 }
 
-/* Makespan of the costs on the program; work: 3 S + n_msgs doubles. Same
- * operations, in a dependency-respecting order, as bt_schedule_makespan. */
+/* Makespan of the costs on the program; work: 3 S + n_msgs doubles. */
 static double prog_run(const prog *g, int S, const double *fwd, const double *bwd,
-                       const double *act, const double *grad, const double *optim,
-                       double *work) {
+                       const double *act, const double *grad, const double *optim, double *work) {
   double *clock = work, *link = work + S, *arrive = work + 3 * S, makespan = 0.0;
+  const double *dur[3] = {fwd, bwd, optim};
   for (int k = 0; k < 3 * S; k++)
     work[k] = 0.0;
   for (int k = 0; k < g->n; k++) {
     const rop *op = &g->ops[k];
     int st = op->stage;
-    double start = clock[st], d = 0.0;
-    switch (op->kind) {
-    case R_FWD:
-      d = fwd[st];
-      break;
-    case R_BWD:
-      d = bwd[st];
-      break;
-    case R_OPT:
-      d = optim[st];
-      break;
-    case R_RECV: {
-      double arrival = arrive[op->msg];
+    double start = clock[st];
+    if (op->in >= 0) {
+      double arrival = arrive[op->in];
       start = arrival > start ? arrival : start;
-      break;
     }
-    default:
-      break;
-    }
-    double end = start + d;
+    double end = start + dur[op->kind][st];
     clock[st] = end;
     makespan = end > makespan ? end : makespan;
-    if (op->kind == R_SEND_ACT || op->kind == R_SEND_GRAD) {
-      double mt = op->kind == R_SEND_ACT ? act[st] : grad[st - 1];
-      double *l = &link[op->kind == R_SEND_ACT ? st : S + st - 1];
+    if (op->out >= 0) {
+      double mt = op->kind == R_FWD ? act[st] : grad[st - 1];
+      double *l = &link[op->ch];
       double enter = end > *l ? end : *l;
       *l = enter + mt;
-      arrive[op->msg] = *l;
+      arrive[op->out] = *l;
     }
   }
   return makespan;
@@ -551,10 +557,10 @@ typedef struct bb {
   double *lp, *ly; /* [D][D][L+1]: a + g and link_y of the cut before j, d -> e */
   int *jmax;       /* [D][D+1][L]: last j such that [i, j) fits d with r stages to go */
   /* Bound table, state (i, U, d) at sidx(): */
-  spt *sc;         /* scalar table [ns], NULL once the Pareto lists are filled */
-  pt *pts;         /* Pareto lists, one after the other */
-  uint32_t *off;   /* Pareto: [ns] first point of each list */
-  uint8_t *cnt;    /* Pareto: [ns] points of each list, 0 = nothing under the cut */
+  spt *sc;       /* scalar table [ns], NULL once the Pareto lists are filled */
+  pt *pts;       /* Pareto lists, one after the other */
+  uint32_t *off; /* Pareto: [ns] first point of each list */
+  uint8_t *cnt;  /* Pareto: [ns] points of each list, 0 = nothing under the cut */
   size_t npts, cap_pts;
   kid *kids; /* [depth][L*D] */
   int dev[MAXD], first[MAXD + 1];
@@ -564,7 +570,7 @@ typedef struct bb {
   prog progs[MAXD + 1];
   bt_plan_stats st;
   bt_err *err;
-  int failed, stopped;
+  int failed, stopped, dive; /* dive: stop after the first complete plan */
   long budget;
   double open_lb; /* smallest bound of a subtree skipped for the budget */
   double ub;      /* Pareto cut: no completion with pre[i] + y + p >= ub is kept */
@@ -583,9 +589,7 @@ static size_t ij(const bb *t, int d, int i, int j) {
   return ((size_t)d * (t->c->L + 1) + i) * (t->c->L + 1) + j;
 }
 
-static size_t lk(const bb *t, int d, int e) {
-  return ((size_t)d * t->c->D + e) * (t->c->L + 1);
-}
+static size_t lk(const bb *t, int d, int e) { return ((size_t)d * t->c->D + e) * (t->c->L + 1); }
 
 /* Stage weight with nn = multiplier of min(f, b) (GPipe M-1; 1F1B, with r
  * stages to go, the backwards before the last forward): see stage_y. */
@@ -856,8 +860,8 @@ static int fill_pareto(bb *t, bt_err *err) {
             if (!t->cnt[ck])
               continue;
             size_t l = lk(t, d, e) + j;
-            int n2 = shift_f(t->pts + t->off[ck], t->cnt[ck], t->ly[l], t->lp[l],
-                             t->ub - c->pre[j], sh);
+            int n2 =
+                shift_f(t->pts + t->off[ck], t->cnt[ck], t->ly[l], t->lp[l], t->ub - c->pre[j], sh);
             na = pareto_merge(a, na, sh, n2, b);
             dpt *tmp = a;
             a = b, b = tmp;
@@ -922,9 +926,43 @@ static double state_bound(const bb *t, size_t k, double pp, double yy) {
   return lb;
 }
 
+/* Lower bound on the makespan of a complete plan (docs/partition.md):
+ * GPipe P + (M-1) (max forward-side term + max backward-side term);
+ * 1F1B P + for every stage the larger of (M-1) f + n b + max(0, (M-1-n) b - R)
+ * and n f + (M-1) b + max(0, (M-1-n) f - R), n = max(0, M-1-W), R the round
+ * trip right of the stage; every link (M-1) max(a, g); all plus o_0. */
+static double plan_bound(const ctx *c, int S, const double *f, const double *b, const double *a,
+                         const double *g, const double *o) {
+  int m1 = c->M - 1;
+  double P = 0.0, x = 0.0;
+  for (int s = 0; s < S; s++)
+    P += f[s] + b[s] + a[s] + g[s];
+  if (c->p->kind == BT_SCHED_GPIPE) {
+    double xf = 0.0, xb = 0.0;
+    for (int s = 0; s < S; s++) {
+      double u = f[s] > a[s] ? f[s] : a[s], v = b[s] > g[s] ? b[s] : g[s];
+      xf = u > xf ? u : xf;
+      xb = v > xb ? v : xb;
+    }
+    return P + m1 * (xf + xb) + o[0];
+  }
+  double R = P;
+  for (int s = 0; s < S; s++) {
+    R -= f[s] + b[s]; /* R: the round trip right of stage s, link s included */
+    int w = S - s - 1 < c->M ? S - s - 1 : c->M, n = m1 - w > 0 ? m1 - w : 0;
+    double u = m1 * f[s] + n * b[s] + fmax(0.0, (m1 - n) * b[s] - R);
+    double v = n * f[s] + m1 * b[s] + fmax(0.0, (m1 - n) * f[s] - R);
+    double l = m1 * (a[s] > g[s] ? a[s] : g[s]);
+    u = u > v ? u : v;
+    u = u > l ? u : l;
+    x = u > x ? u : x;
+    R -= a[s] + g[s];
+  }
+  return P + x + o[0];
+}
+
 static void leaf(bb *t, int S) {
   ctx *c = t->c;
-  t->st.evaluated++;
   double *f = t->cost, *b = f + MAXD, *a = b + MAXD, *g = a + MAXD, *o = g + MAXD;
   for (int s = 0; s < S; s++) {
     int d = t->dev[s], i = t->first[s], j = t->first[s + 1];
@@ -936,6 +974,9 @@ static void leaf(bb *t, int S) {
     if (s + 1 < S)
       link_time(c, d, t->dev[s + 1], j, &a[s], &g[s]);
   }
+  if (plan_bound(c, S, f, b, a, g, o) >= t->best)
+    return;
+  t->st.evaluated++;
   if (!t->progs[S].ops) {
     if (!c->built[S]) {
       if (bt_schedule_build(&c->sched[S], c->p->kind, S, c->M, t->err) < 0) {
@@ -950,6 +991,8 @@ static void leaf(bb *t, int S) {
     }
   }
   double mk = prog_run(&t->progs[S], S, f, b, a, g, o, t->work);
+  if (t->dive)
+    t->stopped = 1;
   if (mk < t->best) {
     t->best = mk;
     t->best_S = S;
@@ -1033,8 +1076,7 @@ static void search_roots(bb *t, root *roots) {
       continue;
     for (int d = 0; d < c->D; d++) {
       size_t k = sidx(t, 0, U, d);
-      double lb = (U & (1u << d)) && root_allowed(c, U, d) ? state_bound(t, k, 0.0, 0.0)
-                                                          : INFINITY;
+      double lb = (U & (1u << d)) && root_allowed(c, U, d) ? state_bound(t, k, 0.0, 0.0) : INFINITY;
       if (lb < t->best)
         roots[nr++] = (root){lb, (uint32_t)U, d};
     }
@@ -1052,9 +1094,10 @@ static void search_roots(bb *t, root *roots) {
   }
 }
 
-/* Nodes of the first, scalar-bound pass when Pareto lists follow: it only
- * has to find a good incumbent for the Pareto cut. */
-#define DIVE_NODES 2000L
+/* The scalar-bound search gets this many nodes per table entry before a
+ * small table is refilled with Pareto lists (which cost about as much to
+ * fill as a scalar search of that many nodes). */
+#define SCALAR_NODES_PER_STATE 2L
 
 int bt_plan_search(const bt_plan_problem *p, bt_plan *out, bt_plan_stats *stats, bt_err *err) {
   ctx c;
@@ -1072,8 +1115,10 @@ int bt_plan_search(const bt_plan_problem *p, bt_plan *out, bt_plan_stats *stats,
   t.open_lb = INFINITY;
   long budget = p->max_nodes == 0 ? BT_PLAN_DEFAULT_NODES : p->max_nodes;
   if ((long)t.ns > MAX_DP_STATES) {
-    rc = bt_err_set(err, "partition: %d layers x 2^%d device sets x %d devices is too large "
-                    "for the exact search; use fewer devices or coarser layers", c.L, c.D, c.D);
+    rc = bt_err_set(err,
+                    "partition: %d layers x 2^%d device sets x %d devices is too large "
+                    "for the exact search; use fewer devices or coarser layers",
+                    c.L, c.D, c.D);
     goto done;
   }
   t.kids = malloc((size_t)(MAXD + 1) * c.L * c.D * sizeof(kid));
@@ -1085,9 +1130,14 @@ int bt_plan_search(const bt_plan_problem *p, bt_plan *out, bt_plan_stats *stats,
   }
   if ((rc = tabs_init(&t, err)) < 0 || (rc = fill_scalar(&t, err)) < 0)
     goto done;
-  int pareto = (long)t.ns <= PARETO_MAX_STATES;
-  /* Pass 1, scalar bounds: the whole search, or a dive for an incumbent. */
-  t.budget = pareto ? (budget > 0 && budget < DIVE_NODES ? budget : DIVE_NODES) : budget;
+  int pareto = p->bounds == BT_PLAN_BOUNDS_PARETO ||
+               (p->bounds == BT_PLAN_BOUNDS_AUTO && (long)t.ns <= PARETO_MAX_STATES);
+  /* Pass 1, scalar bounds: the whole search, or (auto, small tables) the
+   * search up to SCALAR_NODES_PER_STATE nodes per entry, or (Pareto) a dive
+   * to the first complete plan: an incumbent for the Pareto cut. */
+  long n1 = SCALAR_NODES_PER_STATE * (long)t.ns;
+  t.budget = pareto && (budget < 0 || budget > n1) ? n1 : budget;
+  t.dive = p->bounds == BT_PLAN_BOUNDS_PARETO;
   search_roots(&t, roots);
   if (!t.failed && pareto && t.stopped && (budget < 0 || t.st.nodes < budget)) {
     /* Pass 2: Pareto lists cut at the incumbent, and a fresh search. */
@@ -1098,7 +1148,7 @@ int bt_plan_search(const bt_plan_problem *p, bt_plan *out, bt_plan_stats *stats,
     if ((rc = fill_pareto(&t, err)) < 0)
       goto done;
     t.st.dp_states = dps;
-    t.stopped = 0;
+    t.stopped = t.dive = 0;
     t.open_lb = INFINITY;
     t.budget = budget;
     search_roots(&t, roots);
@@ -1109,8 +1159,10 @@ int bt_plan_search(const bt_plan_problem *p, bt_plan *out, bt_plan_stats *stats,
   }
   if (!isfinite(t.best)) {
     if (t.stopped)
-      rc = bt_err_set(err, "partition: the node budget (%ld) ran out before any complete plan "
-                      "was found; raise max_nodes", budget);
+      rc = bt_err_set(err,
+                      "partition: the node budget (%ld) ran out before any complete plan "
+                      "was found; raise max_nodes",
+                      budget);
     else /* no root's completion can be run in this device order, or nothing fits */
       rc = no_fit(&c, err);
     goto done;
@@ -1307,15 +1359,14 @@ int bt_plan_flops(const bt_plan_problem *p, int n_stages, bt_plan *out, bt_err *
   for (int s = 0; s < n_stages; s++)
     if (!(p->device_peak[s] > 0.0) || !isfinite(p->device_peak[s])) {
       ctx_free(&c);
-      return bt_err_set(err, "partition: device_peak[%d] = %g; must be > 0", s,
-                        p->device_peak[s]);
+      return bt_err_set(err, "partition: device_peak[%d] = %g; must be > 0", s, p->device_peak[s]);
     }
   balance_cuts(&c, out, p->layer_flops, p->device_peak);
   return baseline_finish(&c, out, err);
 }
 
-int bt_plan_explicit(const bt_plan_problem *p, int n_stages, const int *cuts,
-                     const int *devices, bt_plan *out, bt_err *err) {
+int bt_plan_explicit(const bt_plan_problem *p, int n_stages, const int *cuts, const int *devices,
+                     bt_plan *out, bt_err *err) {
   ctx c;
   if (baseline_start(&c, p, n_stages, out, err) < 0) {
     ctx_free(&c);

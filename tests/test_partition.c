@@ -51,11 +51,20 @@ static void make(prob *q, int L, int D, bt_schedule_kind kind, int M, const doub
     for (int b = 0; b < D; b++)
       q->bw[a * D + b] = 1e9;
   }
-  q->p = (bt_plan_problem){.n_layers = L, .n_devices = D, .fwd = q->fwd, .bwd = q->bwd,
-                           .act_bytes = q->act, .state_bytes = q->state,
-                           .stash_bytes = q->stash, .mem_cap = q->cap, .bandwidth = q->bw,
-                           .latency = q->lat, .kind = kind, .micro = M,
-                           .layer_flops = q->flops, .device_peak = q->peak};
+  q->p = (bt_plan_problem){.n_layers = L,
+                           .n_devices = D,
+                           .fwd = q->fwd,
+                           .bwd = q->bwd,
+                           .act_bytes = q->act,
+                           .state_bytes = q->state,
+                           .stash_bytes = q->stash,
+                           .mem_cap = q->cap,
+                           .bandwidth = q->bw,
+                           .latency = q->lat,
+                           .kind = kind,
+                           .micro = M,
+                           .layer_flops = q->flops,
+                           .device_peak = q->peak};
 }
 
 /* Random heterogeneous problem; tight memory when `tight`. */
@@ -120,26 +129,35 @@ Test(partition, search_equals_brute_force) {
         bt_plan a, b;
         bt_err ea = {{0}}, eb = {{0}};
         bt_plan_stats st;
-        int ra = bt_plan_search(&q.p, &a, &st, &ea);
-        cr_assert(ra < 0 || st.exact, "search stopped on a small problem");
         int rb = bt_plan_brute_force(&q.p, &b, &eb);
-        cr_assert_eq(ra, rb, "L=%d D=%d: search %d (%s) vs brute %d (%s)", L, D, ra, ea.msg, rb,
-                     eb.msg);
+        /* every kind of bound, each exact: the same optimum as brute force */
+        for (int bi = 0; bi < 3; bi++) {
+          q.p.bounds = (bt_plan_bounds)bi;
+          int ra = bt_plan_search(&q.p, &a, &st, &ea);
+          cr_assert(ra < 0 || st.exact, "search stopped on a small problem");
+          cr_assert_eq(ra, rb, "L=%d D=%d bounds %d: search %d (%s) vs brute %d (%s)", L, D, bi, ra,
+                       ea.msg, rb, eb.msg);
+          if (ra < 0) {
+            cr_assert_str_eq(ea.msg, eb.msg);
+            continue;
+          }
+          cr_assert(fabs(a.iter_time - b.iter_time) <= 1e-9 * b.iter_time,
+                    "L=%d D=%d M=%d %s bounds %d: search %.12g vs brute force %.12g", L, D,
+                    micros[mi], k ? "1f1b" : "gpipe", bi, a.iter_time, b.iter_time);
+          cr_assert_leq(st.lower_bound, a.iter_time);
+          check_plan(&q, &a);
+        }
         trials++;
-        if (ra < 0) {
+        if (rb < 0) {
           infeasible++;
-          cr_assert_str_eq(ea.msg, eb.msg);
           continue;
         }
-        cr_assert(fabs(a.iter_time - b.iter_time) <= 1e-9 * b.iter_time,
-                  "L=%d D=%d M=%d %s: search %.12g vs brute force %.12g", L, D, micros[mi],
-                  k ? "1f1b" : "gpipe", a.iter_time, b.iter_time);
-        check_plan(&q, &a);
         if (a.n_stages < D && a.n_stages < L)
           unused++;
       }
   printf("partition: %d random problems, search = brute force (%d infeasible, %d leave a device "
-         "unused)\n", trials, infeasible, unused);
+         "unused)\n",
+         trials, infeasible, unused);
   cr_assert_gt(infeasible, 0);
   cr_assert_lt(infeasible, trials / 2);
 }
@@ -171,8 +189,8 @@ Test(partition, infeasible_memory_states_smallest_scale) {
   /* Random infeasible problems: the stated scale is the exact threshold. */
   int checked = 0;
   for (int rep = 0; rep < 200 && checked < 20; rep++) {
-    make_random(&q, 2 + rep % 6, 1 + rep % 4, rep % 2 ? BT_SCHED_1F1B : BT_SCHED_GPIPE,
-                1 + rep % 5, 1);
+    make_random(&q, 2 + rep % 6, 1 + rep % 4, rep % 2 ? BT_SCHED_1F1B : BT_SCHED_GPIPE, 1 + rep % 5,
+                1);
     if (bt_plan_search(&q.p, &pl, NULL, &err) == 0)
       continue;
     cr_assert_eq(bt_plan_min_mem_scale(&q.p, &s, &err), 0, "%s", err.msg);
@@ -203,7 +221,8 @@ Test(partition, slow_device_gets_fewer_layers) {
   int slow = pl.device[0] == 1 ? 0 : 1;
   int n_slow = pl.first[slow + 1] - pl.first[slow];
   printf("partition: 12 layers, devices 1x and 3x: slow device gets %d layers, fast %d; "
-         "%.4f s\n", n_slow, 12 - n_slow, pl.iter_time);
+         "%.4f s\n",
+         n_slow, 12 - n_slow, pl.iter_time);
   cr_assert_lt(n_slow, 12 - n_slow);
   cr_assert_eq(n_slow, 3); /* 3 x 3 = 9 units vs 9 x 1 */
   cr_assert_eq(bt_plan_even(&q.p, 2, &ev, &err), 0, "%s", err.msg);
@@ -330,24 +349,66 @@ Test(partition, device_use_restrictions_equal_brute_force) {
       q.p.device_use = uses[u];
       bt_plan a, b;
       bt_err ea = {{0}}, eb = {{0}};
-      int ra = bt_plan_search(&q.p, &a, NULL, &ea);
       int rb = bt_plan_brute_force(&q.p, &b, &eb);
-      cr_assert_eq(ra, rb, "L=%d D=%d use %d: search %d (%s) vs brute %d (%s)", L, D, u, ra,
-                   ea.msg, rb, eb.msg);
       trials++;
-      if (ra < 0) {
-        infeasible++;
-        cr_assert_str_eq(ea.msg, eb.msg);
-        continue;
+      infeasible += rb < 0;
+      for (int bi = 0; bi < 3; bi++) {
+        q.p.bounds = (bt_plan_bounds)bi;
+        int ra = bt_plan_search(&q.p, &a, NULL, &ea);
+        cr_assert_eq(ra, rb, "L=%d D=%d use %d bounds %d: search %d (%s) vs brute %d (%s)", L, D, u,
+                     bi, ra, ea.msg, rb, eb.msg);
+        if (ra < 0) {
+          cr_assert_str_eq(ea.msg, eb.msg);
+          continue;
+        }
+        cr_assert(fabs(a.iter_time - b.iter_time) <= 1e-9 * b.iter_time,
+                  "L=%d D=%d use %d bounds %d: search %.12g vs brute force %.12g", L, D, u, bi,
+                  a.iter_time, b.iter_time);
+        check_plan(&q, &a);
+        if (L >= D)
+          cr_assert_eq(a.n_stages, D, "a device was left unused");
+        for (int s = 0; uses[u] == BT_PLAN_DEVICES_IN_ORDER && s < a.n_stages; s++)
+          cr_assert_eq(a.device[s], s, "stage %d runs on device %d", s, a.device[s]);
       }
-      cr_assert(fabs(a.iter_time - b.iter_time) <= 1e-9 * b.iter_time,
-                "L=%d D=%d use %d: search %.12g vs brute force %.12g", L, D, u, a.iter_time,
-                b.iter_time);
-      check_plan(&q, &a);
-      if (L >= D)
-        cr_assert_eq(a.n_stages, D, "a device was left unused");
-      for (int s = 0; uses[u] == BT_PLAN_DEVICES_IN_ORDER && s < a.n_stages; s++)
-        cr_assert_eq(a.device[s], s, "stage %d runs on device %d", s, a.device[s]);
     }
   cr_assert_lt(infeasible, trials / 2);
+}
+
+/* Problems too large for brute force: the scalar and the Pareto bounds,
+ * each run to the end, prove the same optimum; and a node budget too small
+ * for any complete plan says so. */
+Test(partition, scalar_and_pareto_bounds_agree) {
+  prob *q = malloc(sizeof *q);
+  for (int rep = 0; rep < 24; rep++) {
+    int L = 10 + (int)(urand() * 14), D = 3 + (int)(urand() * 4);
+    make_random(q, L, D, rep % 2 ? BT_SCHED_1F1B : BT_SCHED_GPIPE, 1 + rep % 8, rep % 4 == 0);
+    q->p.device_use = (bt_plan_device_use)(rep % 3);
+    q->p.max_nodes = -1;
+    bt_plan a, b;
+    bt_plan_stats sa, sb;
+    bt_err ea = {{0}}, eb = {{0}};
+    q->p.bounds = BT_PLAN_BOUNDS_SCALAR;
+    int ra = bt_plan_search(&q->p, &a, &sa, &ea);
+    q->p.bounds = BT_PLAN_BOUNDS_PARETO;
+    int rb = bt_plan_search(&q->p, &b, &sb, &eb);
+    cr_assert_eq(ra, rb, "L=%d D=%d: scalar %d (%s) vs pareto %d (%s)", L, D, ra, ea.msg, rb,
+                 eb.msg);
+    if (ra < 0)
+      continue;
+    cr_assert(sa.exact && sb.exact);
+    cr_assert(fabs(a.iter_time - b.iter_time) <= 1e-9 * b.iter_time,
+              "L=%d D=%d: scalar %.12g vs pareto %.12g", L, D, a.iter_time, b.iter_time);
+    check_plan(q, &a);
+    check_plan(q, &b);
+  }
+  make_random(q, 20, 4, BT_SCHED_1F1B, 4, 0);
+  q->p.max_nodes = 2;
+  bt_plan pl;
+  bt_err err = {{0}};
+  cr_assert_lt(bt_plan_search(&q->p, &pl, NULL, &err), 0);
+  assert_has(err.msg, "node budget");
+  q->p.bounds = (bt_plan_bounds)7;
+  cr_assert_lt(bt_plan_search(&q->p, &pl, NULL, &err), 0);
+  assert_has(err.msg, "unknown bounds");
+  free(q);
 }
