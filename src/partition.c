@@ -230,15 +230,12 @@ static int plan_check(const ctx *c, const bt_plan *pl, bt_err *err) {
   for (int k = 1; k < S; k++) {
     int cut = pl->first[k];
     if (cut < 1 || cut >= c->L)
-      return bt_err_set(err,
-                        "partition: cut %d (first layer of stage %d) = %d is out of range; "
-                        "cuts must lie in [1, %d]",
-                        k - 1, k, cut, c->L - 1);
+      return bt_err_set(err, "partition: cut %d (first layer of stage %d) = %d is out of range; "
+                        "cuts must lie in [1, %d]", k - 1, k, cut, c->L - 1);
     if (cut <= pl->first[k - 1])
-      return bt_err_set(err,
-                        "partition: cut %d (first layer of stage %d) = %d is not greater "
-                        "than the previous cut %d; cuts must be strictly increasing",
-                        k - 1, k, cut, pl->first[k - 1]);
+      return bt_err_set(err, "partition: cut %d (first layer of stage %d) = %d is not greater "
+                        "than the previous cut %d; cuts must be strictly increasing", k - 1, k,
+                        cut, pl->first[k - 1]);
   }
   unsigned used = 0;
   for (int s = 0; s < S; s++) {
@@ -259,11 +256,9 @@ static int evaluate_ctx(ctx *c, bt_plan *pl, bt_err *err) {
   if (r < 0)
     return -1;
   if (r == 0)
-    return bt_err_set(err,
-                      "partition: stage %d (layers %d..%d) needs %.4g bytes on device %d, "
-                      "which has %.4g; move layers off it or add memory",
-                      bad, pl->first[bad], pl->first[bad + 1] - 1, pl->mem[bad], pl->device[bad],
-                      cap(c, pl->device[bad]));
+    return bt_err_set(err, "partition: stage %d (layers %d..%d) needs %.4g bytes on device %d, "
+                      "which has %.4g; move layers off it or add memory", bad, pl->first[bad],
+                      pl->first[bad + 1] - 1, pl->mem[bad], pl->device[bad], cap(c, pl->device[bad]));
   return 0;
 }
 
@@ -309,10 +304,8 @@ static int min_scale_ctx(const ctx *c, double *scale, bt_err *err) {
   size_t nU = (size_t)1 << D;
   size_t ns = (size_t)L * nU * D;
   if ((long)ns > MAX_DP_STATES)
-    return bt_err_set(err,
-                      "partition: %d layers x 2^%d device sets x %d devices is too large "
-                      "for the exact search; use fewer devices or coarser layers",
-                      L, D, D);
+    return bt_err_set(err, "partition: %d layers x 2^%d device sets x %d devices is too large "
+                      "for the exact search; use fewer devices or coarser layers", L, D, D);
   double *R = malloc(ns * sizeof(double));
   if (!R)
     return bt_err_set(err, "partition: out of memory for the DP table");
@@ -1359,14 +1352,15 @@ int bt_plan_flops(const bt_plan_problem *p, int n_stages, bt_plan *out, bt_err *
   for (int s = 0; s < n_stages; s++)
     if (!(p->device_peak[s] > 0.0) || !isfinite(p->device_peak[s])) {
       ctx_free(&c);
-      return bt_err_set(err, "partition: device_peak[%d] = %g; must be > 0", s, p->device_peak[s]);
+      return bt_err_set(err, "partition: device_peak[%d] = %g; must be > 0", s,
+                        p->device_peak[s]);
     }
   balance_cuts(&c, out, p->layer_flops, p->device_peak);
   return baseline_finish(&c, out, err);
 }
 
-int bt_plan_explicit(const bt_plan_problem *p, int n_stages, const int *cuts, const int *devices,
-                     bt_plan *out, bt_err *err) {
+int bt_plan_explicit(const bt_plan_problem *p, int n_stages, const int *cuts,
+                     const int *devices, bt_plan *out, bt_err *err) {
   ctx c;
   if (baseline_start(&c, p, n_stages, out, err) < 0) {
     ctx_free(&c);

@@ -51,20 +51,11 @@ static void make(prob *q, int L, int D, bt_schedule_kind kind, int M, const doub
     for (int b = 0; b < D; b++)
       q->bw[a * D + b] = 1e9;
   }
-  q->p = (bt_plan_problem){.n_layers = L,
-                           .n_devices = D,
-                           .fwd = q->fwd,
-                           .bwd = q->bwd,
-                           .act_bytes = q->act,
-                           .state_bytes = q->state,
-                           .stash_bytes = q->stash,
-                           .mem_cap = q->cap,
-                           .bandwidth = q->bw,
-                           .latency = q->lat,
-                           .kind = kind,
-                           .micro = M,
-                           .layer_flops = q->flops,
-                           .device_peak = q->peak};
+  q->p = (bt_plan_problem){.n_layers = L, .n_devices = D, .fwd = q->fwd, .bwd = q->bwd,
+                           .act_bytes = q->act, .state_bytes = q->state,
+                           .stash_bytes = q->stash, .mem_cap = q->cap, .bandwidth = q->bw,
+                           .latency = q->lat, .kind = kind, .micro = M,
+                           .layer_flops = q->flops, .device_peak = q->peak};
 }
 
 /* Random heterogeneous problem; tight memory when `tight`. */
@@ -189,8 +180,8 @@ Test(partition, infeasible_memory_states_smallest_scale) {
   /* Random infeasible problems: the stated scale is the exact threshold. */
   int checked = 0;
   for (int rep = 0; rep < 200 && checked < 20; rep++) {
-    make_random(&q, 2 + rep % 6, 1 + rep % 4, rep % 2 ? BT_SCHED_1F1B : BT_SCHED_GPIPE, 1 + rep % 5,
-                1);
+    make_random(&q, 2 + rep % 6, 1 + rep % 4, rep % 2 ? BT_SCHED_1F1B : BT_SCHED_GPIPE,
+                1 + rep % 5, 1);
     if (bt_plan_search(&q.p, &pl, NULL, &err) == 0)
       continue;
     cr_assert_eq(bt_plan_min_mem_scale(&q.p, &s, &err), 0, "%s", err.msg);
@@ -221,8 +212,7 @@ Test(partition, slow_device_gets_fewer_layers) {
   int slow = pl.device[0] == 1 ? 0 : 1;
   int n_slow = pl.first[slow + 1] - pl.first[slow];
   printf("partition: 12 layers, devices 1x and 3x: slow device gets %d layers, fast %d; "
-         "%.4f s\n",
-         n_slow, 12 - n_slow, pl.iter_time);
+         "%.4f s\n", n_slow, 12 - n_slow, pl.iter_time);
   cr_assert_lt(n_slow, 12 - n_slow);
   cr_assert_eq(n_slow, 3); /* 3 x 3 = 9 units vs 9 x 1 */
   cr_assert_eq(bt_plan_even(&q.p, 2, &ev, &err), 0, "%s", err.msg);
