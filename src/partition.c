@@ -10,7 +10,7 @@
 
 enum { MAXD = BT_PLAN_MAX_DEVICES };
 
-/* Largest DP table (states) the search accepts: two floats per state. */
+/* Largest DP table (states) the search accepts: three floats per state (scalar bounds). */
 #define MAX_DP_STATES (1L << 25)
 
 typedef struct ctx {
@@ -513,11 +513,10 @@ static double link_y(const ctx *c, double a, double g) {
   return m1 * (a > g ? a : g);
 }
 
-/* A point of a state's bound list: every completion of the state (that can
+/* A point of a state's Pareto list: every completion of the state (that can
  * still beat the incumbent, see fill_pareto) has max y_k >= y and
  * sum p_k >= p for some point of the list. Lists are sorted by y ascending,
- * p descending. The scalar table has one point per state: (min over
- * completions of max y_k, min of sum p_k), possibly from two completions. */
+ * p descending. */
 typedef struct pt {
   float y, p;
 } pt;
@@ -584,8 +583,9 @@ static size_t ij(const bb *t, int d, int i, int j) {
 
 static size_t lk(const bb *t, int d, int e) { return ((size_t)d * t->c->D + e) * (t->c->L + 1); }
 
-/* Stage weight with nn = multiplier of min(f, b) (GPipe M-1; 1F1B, with r
- * stages to go, the backwards before the last forward): see stage_y. */
+/* A stage's weight is y = (M-1) max(f, b) + nn min(f, b) with nn = M-1
+ * (GPipe) or, 1F1B with r stages to go, the backwards that run before the
+ * stage's last forward, max(0, M-1-W), W = min(r-1, M) warm-up forwards. */
 static int stage_nn(const ctx *c, int r) {
   int m1 = c->M - 1;
   if (c->p->kind == BT_SCHED_GPIPE)
@@ -639,7 +639,7 @@ static int jmax_of(const bb *t, int d, int r, int i) {
 /* Scalar table: per state (i, U, d), Y = min over completions of max y_k,
  * P = min of sum p_k, and Z <= min of (max y_k + sum p_k): a completion is a
  * first stage (or link) with terms (ys, ps) and a rest c, and
- * ys' + p + max(ys, Y_c) = ps + max(ys + P_c, Y_c + P_c)
+ * ps + P_c + max(ys, Y_c) = ps + max(ys + P_c, Y_c + P_c)
  *   >= ps + max(ys + P(rest), Z(rest)),
  * so Z = min over first stages of that is a lower bound by induction.
  * States are filled by increasing U (a state only looks at V = U \ {d} < U);
@@ -996,14 +996,16 @@ static void leaf(bb *t, int S) {
 
 /* Stage `depth` starts at layer i on device d; U: devices of this and later
  * stages. Prefix (stages before): pp = sum of p_k, yy = max of y_k, lm = max
- * of left_k + M (f_k + b_k), oo = the first stage's optimizer step. */
+ * of left_k + M (f_k + b_k), oo = the first stage's optimizer step; own_lb:
+ * this subtree's bound (kept in open_lb if the budget stops the search here). */
 static void node(bb *t, int depth, int i, size_t U, int d, double pp, double yy, double lm,
-                 double oo) {
+                 double oo, double own_lb) {
   ctx *c = t->c;
   int L = c->L, D = c->D, r = __builtin_popcount((unsigned)U), m1 = c->M - 1;
   t->st.nodes++;
   if (t->budget > 0 && t->st.nodes > t->budget) {
     t->stopped = 1;
+    t->open_lb = own_lb < t->open_lb ? own_lb : t->open_lb;
     return;
   }
   t->dev[depth] = d;
@@ -1044,7 +1046,7 @@ static void node(bb *t, int depth, int i, size_t U, int d, double pp, double yy,
         t->open_lb = ks[k].lb;
       break;
     }
-    node(t, depth + 1, ks[k].j, V, ks[k].e, ks[k].p, ks[k].y, ks[k].lm, ks[k].o);
+    node(t, depth + 1, ks[k].j, V, ks[k].e, ks[k].p, ks[k].y, ks[k].lm, ks[k].o, ks[k].lb);
   }
 }
 
@@ -1083,7 +1085,7 @@ static void search_roots(bb *t, root *roots) {
         t->open_lb = roots[k].lb;
       break;
     }
-    node(t, 0, 0, roots[k].U, roots[k].d, 0.0, 0.0, 0.0, 0.0);
+    node(t, 0, 0, roots[k].U, roots[k].d, 0.0, 0.0, 0.0, 0.0, roots[k].lb);
   }
 }
 

@@ -365,8 +365,9 @@ Test(partition, device_use_restrictions_equal_brute_force) {
 }
 
 /* Problems too large for brute force: the scalar and the Pareto bounds,
- * each run to the end, prove the same optimum; and a node budget too small
- * for any complete plan says so. */
+ * each run to the end, prove the same optimum; a search stopped by its node
+ * budget reports a valid lower bound; a budget too small for any complete
+ * plan says so. */
 Test(partition, scalar_and_pareto_bounds_agree) {
   prob *q = malloc(sizeof *q);
   for (int rep = 0; rep < 24; rep++) {
@@ -390,6 +391,21 @@ Test(partition, scalar_and_pareto_bounds_agree) {
               "L=%d D=%d: scalar %.12g vs pareto %.12g", L, D, a.iter_time, b.iter_time);
     check_plan(q, &a);
     check_plan(q, &b);
+    /* stopped early: the plan is no better than the optimum, the bound no higher */
+    for (int bi = 0; bi < 3; bi++) {
+      q->p.bounds = (bt_plan_bounds)bi;
+      q->p.max_nodes = 5 + 13 * rep;
+      bt_plan c;
+      bt_plan_stats sc;
+      if (bt_plan_search(&q->p, &c, &sc, &ea) < 0) {
+        assert_has(ea.msg, "node budget");
+        continue;
+      }
+      cr_assert_geq(c.iter_time, a.iter_time * (1 - 1e-12));
+      cr_assert_leq(sc.lower_bound, a.iter_time * (1 + 1e-12), "bounds %d: bound %.12g > %.12g",
+                    bi, sc.lower_bound, a.iter_time);
+      cr_assert(sc.exact || sc.nodes > q->p.max_nodes);
+    }
   }
   make_random(q, 20, 4, BT_SCHED_1F1B, 4, 0);
   q->p.max_nodes = 2;
