@@ -129,7 +129,7 @@ int bt_cmd_bench_plan(int argc, char **argv) {
       else
         return bt_cli_fail("bench plan", "--bounds '%s': expected auto, scalar or pareto", v);
     } else {
-      usage(stderr);
+      bt_cli_fail("bench plan", "unknown option '%s'; see 'baton bench plan --help'", a);
       return 2;
     }
     i++;
