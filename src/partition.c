@@ -1062,22 +1062,37 @@ static int cmp_root(const void *a, const void *b) {
 }
 
 /* Runs the branch and bound from every root (device set and first device)
- * on the current bound table. */
+ * on the current bound table: first the root of smallest bound alone (its
+ * first plan usually rules out most roots), then the others that can still
+ * win, best bound first. */
 static void search_roots(bb *t, root *roots) {
   ctx *c = t->c;
-  size_t nr = 0;
+  size_t nr = 0, first = 0;
   for (size_t U = 1; U < t->nU; U++) {
     if (__builtin_popcount((unsigned)U) > c->L)
       continue;
     for (int d = 0; d < c->D; d++) {
       size_t k = sidx(t, 0, U, d);
-      double lb = (U & (1u << d)) && root_allowed(c, U, d) ? state_bound(t, k, 0.0, 0.0) : INFINITY;
-      if (lb < t->best)
+      double lb = (U & (1u << d)) && root_allowed(c, U, d) ? state_bound(t, k, 0.0, 0.0)
+                                                          : INFINITY;
+      if (lb < t->best) {
+        if (nr > 0 && lb < roots[first].lb)
+          first = nr;
         roots[nr++] = (root){lb, (uint32_t)U, d};
+      }
     }
   }
-  qsort(roots, nr, sizeof(root), cmp_root);
-  for (size_t k = 0; k < nr && !t->failed; k++) {
+  if (nr == 0)
+    return;
+  root r0 = roots[first];
+  roots[first] = roots[--nr];
+  node(t, 0, 0, r0.U, r0.d, 0.0, 0.0, 0.0, 0.0, r0.lb);
+  size_t n = 0;
+  for (size_t k = 0; k < nr; k++)
+    if (roots[k].lb < t->best)
+      roots[n++] = roots[k];
+  qsort(roots, n, sizeof(root), cmp_root);
+  for (size_t k = 0; k < n && !t->failed; k++) {
     if (roots[k].lb >= t->best)
       break;
     if (t->stopped) {
