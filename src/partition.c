@@ -1073,8 +1073,7 @@ static void search_roots(bb *t, root *roots) {
       continue;
     for (int d = 0; d < c->D; d++) {
       size_t k = sidx(t, 0, U, d);
-      double lb = (U & (1u << d)) && root_allowed(c, U, d) ? state_bound(t, k, 0.0, 0.0)
-                                                          : INFINITY;
+      double lb = (U & (1u << d)) && root_allowed(c, U, d) ? state_bound(t, k, 0.0, 0.0) : INFINITY;
       if (lb < t->best) {
         if (nr > 0 && lb < roots[first].lb)
           first = nr;
