@@ -10,7 +10,7 @@
 
 enum { MAXD = BT_PLAN_MAX_DEVICES };
 
-/* Largest DP table (states) the search accepts: two floats per state. */
+/* Largest DP table (states) the search accepts: three floats per state (scalar bounds). */
 #define MAX_DP_STATES (1L << 25)
 
 typedef struct ctx {
@@ -19,6 +19,7 @@ typedef struct ctx {
   double ratio, scale;
   double *F, *B, *O; /* per-device prefix sums [D][L+1] */
   double *W, *A;     /* prefix sums of state and stash bytes [L+1] */
+  double *pre;       /* [L+1] sum over layers < i of min over devices of fwd + bwd */
   bt_schedule sched[MAXD + 1];
   int built[MAXD + 1];
 } ctx;
@@ -39,7 +40,8 @@ static int ctx_init(ctx *c, const bt_plan_problem *p, bt_err *err) {
   c->O = calloc((size_t)D * (L + 1), sizeof(double));
   c->W = calloc((size_t)L + 1, sizeof(double));
   c->A = calloc((size_t)L + 1, sizeof(double));
-  if (!c->F || !c->B || !c->O || !c->W || !c->A)
+  c->pre = calloc((size_t)L + 1, sizeof(double));
+  if (!c->F || !c->B || !c->O || !c->W || !c->A || !c->pre)
     return bt_err_set(err, "partition: out of memory for %d layers x %d devices", L, D);
   for (int d = 0; d < D; d++)
     for (int l = 0; l < L; l++) {
@@ -51,6 +53,12 @@ static int ctx_init(ctx *c, const bt_plan_problem *p, bt_err *err) {
   for (int l = 0; l < L; l++) {
     c->W[l + 1] = c->W[l] + (p->state_bytes ? p->state_bytes[l] : 0.0);
     c->A[l + 1] = c->A[l] + (p->stash_bytes ? p->stash_bytes[l] : 0.0);
+    double m = INFINITY;
+    for (int d = 0; d < D; d++) {
+      double v = p->fwd[(size_t)d * L + l] + p->bwd[(size_t)d * L + l];
+      m = v < m ? v : m;
+    }
+    c->pre[l + 1] = c->pre[l] + m;
   }
   return 0;
 }
@@ -61,6 +69,7 @@ static void ctx_free(ctx *c) {
   free(c->O);
   free(c->W);
   free(c->A);
+  free(c->pre);
   for (int s = 0; s <= MAXD; s++)
     if (c->built[s])
       bt_schedule_free(&c->sched[s]);
@@ -110,15 +119,6 @@ static void link_time(const ctx *c, int d, int e, int j, double *a, double *g) {
   double by = c->ratio * p->act_bytes[j - 1];
   *a = (p->latency ? p->latency[d * D + e] : 0.0) + by / p->bandwidth[d * D + e];
   *g = (p->latency ? p->latency[e * D + d] : 0.0) + by / p->bandwidth[e * D + d];
-}
-
-/* The per-stage weight x_k of the bound P + (M-1) max_k x_k (docs/partition.md). */
-static double stage_x(const ctx *c, double f, double b, int r) {
-  if (c->p->kind == BT_SCHED_GPIPE || c->M <= 1)
-    return f + b;
-  int w = r - 1 < c->M ? r - 1 : c->M;
-  int k = c->M - 1 - w;
-  return f + (k > 0 ? (double)k / (double)(c->M - 1) * b : 0.0);
 }
 
 static float down(double v) {
@@ -176,6 +176,9 @@ int bt_plan_problem_check(const bt_plan_problem *p, bt_err *err) {
                       BT_SCHED_MAX_MICRO);
   if (p->kind != BT_SCHED_GPIPE && p->kind != BT_SCHED_1F1B)
     return bt_err_set(err, "partition: unknown schedule kind %d", (int)p->kind);
+  if (p->bounds < BT_PLAN_BOUNDS_AUTO || p->bounds > BT_PLAN_BOUNDS_PARETO)
+    return bt_err_set(err, "partition: unknown bounds %d; use 0 (auto), 1 (scalar) or 2 (pareto)",
+                      (int)p->bounds);
   if (!p->fwd || !p->bwd)
     return bt_err_set(err, "partition: fwd and bwd times [devices x layers] are required");
   size_t n = (size_t)D * L;
@@ -357,36 +360,212 @@ static int no_fit(const ctx *c, bt_err *err) {
   if (min_scale_ctx(c, &s, err) < 0)
     return -1;
   if (!isfinite(s))
-    return bt_err_set(err, "partition: no plan fits in memory at any scale (some layer needs "
+    return bt_err_set(err,
+                      "partition: no plan fits in memory at any scale (some layer needs "
                       "memory and no device capacity is > 0%s)",
                       c->p->device_use != BT_PLAN_ANY_DEVICES && c->L < c->D
                           ? ", or fewer layers than devices that must all be used"
                           : "");
-  return bt_err_set(err, "partition: no plan fits in memory (scale %.4g); the smallest memory "
+  return bt_err_set(err,
+                    "partition: no plan fits in memory (scale %.4g); the smallest memory "
                     "scale with which some plan fits is %.6g x every device's capacity",
                     c->scale, s);
 }
 
 /* ---- exact search ---- */
 
+/* Replay program: the compute ops of bt_schedule_build(kind, S, M) in an
+ * order that respects every dependency (the order bt_schedule_simulate plays
+ * them in), each fused with the receive before it and the send after it
+ * (a stage runs them back to back and comm ops take no stage time). A
+ * plan's makespan is then one linear pass doing the same additions and
+ * maxima as bt_schedule_makespan (bit-identical), with no validation or
+ * allocation. */
+enum { R_FWD, R_BWD, R_OPT };
+
+typedef struct rop {
+  int stage, kind;
+  int in, out; /* message received before / sent after (ids), -1 if none */
+  int ch;      /* link of the send: activations s -> s+1 are s, gradients s -> s-1 S + s - 1 */
+} rop;
+
+typedef struct prog {
+  int n, n_msgs;
+  rop *ops;
+} prog;
+
+static int op_channel(int S, int st, bt_op_kind k) {
+  switch (k) {
+  case BT_OP_SEND_ACT:
+    return st;
+  case BT_OP_RECV_ACT:
+    return st - 1;
+  case BT_OP_SEND_GRAD:
+    return S + st - 1;
+  case BT_OP_RECV_GRAD:
+    return S + st;
+  default:
+    return -1;
+  }
+}
+
+static int prog_build(prog *g, const bt_schedule *s, bt_err *err) {
+  int S = s->stages, total = 0;
+  for (int st = 0; st < S; st++)
+    total += s->n_ops[st];
+  g->ops = malloc((size_t)total * sizeof(rop));
+  int *pc = calloc((size_t)S * 2 + (size_t)total + 4 * (size_t)S, sizeof(int));
+  if (!g->ops || !pc) {
+    free(pc);
+    return bt_err_set(err, "partition: out of memory for a %d-stage replay", S);
+  }
+  int *base = pc + S, *msg = base + S, *sent = msg + total, *got = sent + 2 * S;
+  for (int st = 1; st < S; st++)
+    base[st] = base[st - 1] + s->n_ops[st - 1];
+  int played = 0, pending_in[MAXD];
+  for (int st = 0; st < S; st++)
+    pending_in[st] = -1;
+  g->n = g->n_msgs = 0;
+  for (int progress = 1; progress;) {
+    progress = 0;
+    for (int st = 0; st < S; st++)
+      while (pc[st] < s->n_ops[st]) {
+        const bt_op *op = &s->ops[st][pc[st]];
+        int ch = op_channel(S, st, op->kind);
+        if ((op->kind == BT_OP_RECV_ACT || op->kind == BT_OP_RECV_GRAD) && sent[ch] <= got[ch])
+          break;
+        switch (op->kind) {
+        case BT_OP_RECV_ACT:
+        case BT_OP_RECV_GRAD: /* the send it matches has been played */
+          pending_in[st] = msg[base[op->peer] + op->peer_op];
+          got[ch]++;
+          break;
+        case BT_OP_SEND_ACT:
+        case BT_OP_SEND_GRAD: /* fused into the compute op just before it */
+          if (g->n == 0 || g->ops[g->n - 1].stage != st || g->ops[g->n - 1].out >= 0) {
+            free(pc);
+            return bt_err_set(err,
+                              "partition: the %d-stage schedule has a send without its "
+                              "compute op",
+                              S);
+          }
+          g->ops[g->n - 1].out = msg[base[st] + pc[st]] = g->n_msgs++;
+          g->ops[g->n - 1].ch = ch;
+          sent[ch]++;
+          break;
+        default:
+          g->ops[g->n++] = (rop){st,
+                                 op->kind == BT_OP_FORWARD    ? R_FWD
+                                 : op->kind == BT_OP_BACKWARD ? R_BWD
+                                                              : R_OPT,
+                                 pending_in[st], -1, -1};
+          pending_in[st] = -1;
+          break;
+        }
+        played++;
+        pc[st]++;
+        progress = 1;
+      }
+  }
+  free(pc);
+  if (played != total)
+    return bt_err_set(err, "partition: the %d-stage schedule does not replay", S);
+  return 0;
+}
+
+/* Makespan of the costs on the program; work: 3 S + n_msgs doubles. */
+static double prog_run(const prog *g, int S, const double *fwd, const double *bwd,
+                       const double *act, const double *grad, const double *optim, double *work) {
+  double *clock = work, *link = work + S, *arrive = work + 3 * S, makespan = 0.0;
+  const double *dur[3] = {fwd, bwd, optim};
+  for (int k = 0; k < 3 * S; k++)
+    work[k] = 0.0;
+  for (int k = 0; k < g->n; k++) {
+    const rop *op = &g->ops[k];
+    int st = op->stage;
+    double start = clock[st];
+    if (op->in >= 0) {
+      double arrival = arrive[op->in];
+      start = arrival > start ? arrival : start;
+    }
+    double end = start + dur[op->kind][st];
+    clock[st] = end;
+    makespan = end > makespan ? end : makespan;
+    if (op->out >= 0) {
+      double mt = op->kind == R_FWD ? act[st] : grad[st - 1];
+      double *l = &link[op->ch];
+      double enter = end > *l ? end : *l;
+      *l = enter + mt;
+      arrive[op->out] = *l;
+    }
+  }
+  return makespan;
+}
+
+/* Bound terms (docs/partition.md): every plan's makespan is at least
+ * P + y_k + o_0 for every stage and link k, P being one micro-batch's round
+ * trip (sum of all f, b, a, g) and o_0 the first stage's optimizer step.
+ * A stage's y is (M-1) max(f, b) + nn min(f, b), see stage_nn. */
+static double link_y(const ctx *c, double a, double g) {
+  int m1 = c->M - 1;
+  if (c->p->kind == BT_SCHED_GPIPE)
+    return m1 * (a + g);
+  return m1 * (a > g ? a : g);
+}
+
+/* A point of a state's Pareto list: every completion of the state (that can
+ * still beat the incumbent, see fill_pareto) has max y_k >= y and
+ * sum p_k >= p for some point of the list. Lists are sorted by y ascending,
+ * p descending. */
+typedef struct pt {
+  float y, p;
+} pt;
+
+typedef struct dpt {
+  double y, p;
+} dpt;
+
+/* Scalar state: min max y_k, min sum p_k and a lower bound z on min (y + p)
+ * over the completions (see fill_scalar). */
+typedef struct spt {
+  float y, p, z;
+} spt;
+
+enum { KMAX = 12 }; /* points kept per list (more are merged conservatively) */
+
+/* Pareto lists only when the table has at most this many entries. */
+#define PARETO_MAX_STATES (1L << 20)
+
 typedef struct kid {
-  double lb, p, x;
+  double lb, p, y, lm, o;
   int j, e;
 } kid;
 
 typedef struct bb {
   ctx *c;
-  size_t nU;
-  float *X, *P;
+  size_t nU, ns;
+  /* Stage and link terms, computed once: */
+  double *sf, *sb; /* [D][L+1][L+1]: f and b of stage [i, j) on d, codec included */
+  double *lp, *ly; /* [D][D][L+1]: a + g and link_y of the cut before j, d -> e */
+  int *jmax;       /* [D][D+1][L]: last j such that [i, j) fits d with r stages to go */
+  /* Bound table, state (i, U, d) at sidx(): */
+  spt *sc;       /* scalar table [ns], NULL once the Pareto lists are filled */
+  pt *pts;       /* Pareto lists, one after the other */
+  uint32_t *off; /* Pareto: [ns] first point of each list */
+  uint8_t *cnt;  /* Pareto: [ns] points of each list, 0 = nothing under the cut */
+  size_t npts, cap_pts;
   kid *kids; /* [depth][L*D] */
   int dev[MAXD], first[MAXD + 1];
   double best;
-  bt_plan plan;
+  int best_S, best_dev[MAXD], best_first[MAXD + 1];
+  double cost[5 * MAXD], *work; /* leaf replay: f, b, a, g, o per stage */
+  prog progs[MAXD + 1];
   bt_plan_stats st;
   bt_err *err;
-  int failed, stopped;
+  int failed, stopped, dive; /* dive: stop after the first complete plan */
   long budget;
   double open_lb; /* smallest bound of a subtree skipped for the budget */
+  double ub;      /* Pareto cut: no completion with pre[i] + y + p >= ub is kept */
 } bb;
 
 static int cmp_kid(const void *a, const void *b) {
@@ -395,158 +574,467 @@ static int cmp_kid(const void *a, const void *b) {
 }
 
 static size_t sidx(const bb *t, int i, size_t U, int d) {
-  return ((size_t)i * t->nU + U) * t->c->D + d;
+  return ((size_t)U * t->c->D + d) * t->c->L + i;
 }
 
-/* Bound tables: X = min over completions of max x_k, P = min of sum p_k. */
-static int fill_dp(bb *t, bt_err *err) {
+static size_t ij(const bb *t, int d, int i, int j) {
+  return ((size_t)d * (t->c->L + 1) + i) * (t->c->L + 1) + j;
+}
+
+static size_t lk(const bb *t, int d, int e) { return ((size_t)d * t->c->D + e) * (t->c->L + 1); }
+
+/* A stage's weight is y = (M-1) max(f, b) + nn min(f, b) with nn = M-1
+ * (GPipe) or, 1F1B with r stages to go, the backwards that run before the
+ * stage's last forward, max(0, M-1-W), W = min(r-1, M) warm-up forwards. */
+static int stage_nn(const ctx *c, int r) {
+  int m1 = c->M - 1;
+  if (c->p->kind == BT_SCHED_GPIPE)
+    return m1;
+  int w = r - 1 < c->M ? r - 1 : c->M;
+  return m1 - w > 0 ? m1 - w : 0;
+}
+
+static int tabs_init(bb *t, bt_err *err) {
   ctx *c = t->c;
   int L = c->L, D = c->D;
-  size_t nU = t->nU, ns = (size_t)L * nU * D;
-  if ((long)ns > MAX_DP_STATES)
-    return bt_err_set(err, "partition: %d layers x 2^%d device sets x %d devices is too large "
-                      "for the exact search; use fewer devices or coarser layers", L, D, D);
-  t->X = malloc(ns * sizeof(float));
-  t->P = malloc(ns * sizeof(float));
-  if (!t->X || !t->P)
-    return bt_err_set(err, "partition: out of memory for the DP table");
-  for (int i = L - 1; i >= 0; i--)
-    for (size_t U = 1; U < nU; U++) {
-      int r = __builtin_popcount((unsigned)U);
-      size_t V = U;
-      for (int d = 0; d < D; d++) {
-        size_t k = sidx(t, i, U, d);
-        t->X[k] = t->P[k] = INFINITY;
-        if (!(U & (1u << d)) || r > L - i)
-          continue;
-        t->st.dp_states++;
-        double cd = cap(c, d), bx = INFINITY, bp = INFINITY, f, b;
-        if (r == 1) {
-          if (stage_mem(c, i, L, 1) <= cd) {
-            stage_time(c, d, i, L, &f, &b);
-            bx = stage_x(c, f, b, 1);
-            bp = f + b;
-          }
-        } else {
-          V = U & ~((size_t)1 << d);
-          for (int j = i + 1; j <= L - r + 1; j++) {
-            if (stage_mem(c, i, j, r) > cd)
-              break;
-            stage_time(c, d, i, j, &f, &b);
-            double xs = stage_x(c, f, b, r), ts = f + b;
-            for (int e = 0; e < D; e++) {
-              if (!(V & (1u << e)))
-                continue;
-              size_t ck = sidx(t, j, V, e);
-              double cx = t->X[ck];
-              if (!isfinite(cx))
-                continue;
-              double a, g;
-              link_time(c, d, e, j, &a, &g);
-              double x = xs;
-              if (a > x) x = a;
-              if (g > x) x = g;
-              if (cx > x) x = cx;
-              if (x < bx) bx = x;
-              double pp = ts + a + g + t->P[ck];
-              if (pp < bp) bp = pp;
-            }
-          }
-        }
-        t->X[k] = down(bx);
-        t->P[k] = down(bp);
+  size_t nij = (size_t)D * (L + 1) * (L + 1), nl = (size_t)D * D * (L + 1);
+  t->sf = malloc(nij * sizeof(double));
+  t->sb = malloc(nij * sizeof(double));
+  t->lp = calloc(nl, sizeof(double));
+  t->ly = calloc(nl, sizeof(double));
+  t->jmax = malloc((size_t)D * (D + 1) * L * sizeof(int));
+  if (!t->sf || !t->sb || !t->lp || !t->ly || !t->jmax)
+    return bt_err_set(err, "partition: out of memory for the stage tables");
+  for (int d = 0; d < D; d++)
+    for (int i = 0; i < L; i++)
+      for (int j = i + 1; j <= L; j++)
+        stage_time(c, d, i, j, &t->sf[ij(t, d, i, j)], &t->sb[ij(t, d, i, j)]);
+  for (int d = 0; d < D; d++)
+    for (int e = 0; e < D; e++)
+      for (int j = 1; j < L && e != d; j++) {
+        double a, g;
+        link_time(c, d, e, j, &a, &g);
+        t->lp[lk(t, d, e) + j] = a + g;
+        t->ly[lk(t, d, e) + j] = link_y(c, a, g);
       }
-    }
+  for (int d = 0; d < D; d++)
+    for (int r = 1; r <= D; r++)
+      for (int i = 0; i < L; i++) {
+        int j = i;
+        while (j < L && stage_mem(c, i, j + 1, r) <= cap(c, d))
+          j++; /* memory grows with j */
+        t->jmax[((size_t)d * (D + 1) + r) * L + i] = j;
+      }
   return 0;
 }
 
-/* Exact bound on a complete plan: the sum/max bound and, for every stage,
- * (everything before it, both ways) + M (f + b). */
-static double full_bound(const bb *t, int S, double pp, double xx) {
+static int jmax_of(const bb *t, int d, int r, int i) {
+  int j = t->jmax[((size_t)d * (t->c->D + 1) + r) * t->c->L + i];
+  int lim = r == 1 ? t->c->L : t->c->L - r + 1;
+  if (r == 1)
+    return j == lim ? j : i; /* the last stage must reach L */
+  return j < lim ? j : lim;
+}
+
+/* Scalar table: per state (i, U, d), Y = min over completions of max y_k,
+ * P = min of sum p_k, and Z <= min of (max y_k + sum p_k): a completion is a
+ * first stage (or link) with terms (ys, ps) and a rest c, and
+ * ps + P_c + max(ys, Y_c) = ps + max(ys + P_c, Y_c + P_c)
+ *   >= ps + max(ys + P(rest), Z(rest)),
+ * so Z = min over first stages of that is a lower bound by induction.
+ * States are filled by increasing U (a state only looks at V = U \ {d} < U);
+ * G(j) = "enter layer j with set V after a stage on d" (min over the next
+ * device e) is shared by all i. */
+static int fill_scalar(bb *t, bt_err *err) {
   ctx *c = t->c;
-  double lb = pp + (c->M - 1) * xx, left = 0.0;
-  for (int s = 0; s < S; s++) {
-    double f, b;
-    stage_time(c, t->dev[s], t->first[s], t->first[s + 1], &f, &b);
-    double v = left + c->M * (f + b);
-    if (v > lb)
-      lb = v;
-    left += f + b;
-    if (s + 1 < S) {
-      double a, g;
-      link_time(c, t->dev[s], t->dev[s + 1], t->first[s + 1], &a, &g);
-      left += a + g;
+  int L = c->L, D = c->D, m1 = c->M - 1;
+  size_t nU = t->nU;
+  t->sc = malloc(t->ns * sizeof(spt));
+  double *gp = malloc(3 * ((size_t)L + 1) * sizeof(double)), *gy = gp + L + 1, *gz = gy + L + 1;
+  if (!t->sc || !gp) {
+    free(gp);
+    return bt_err_set(err, "partition: out of memory for the DP table");
+  }
+  for (size_t k = 0; k < t->ns; k++)
+    t->sc[k] = (spt){INFINITY, INFINITY, INFINITY};
+  for (size_t U = 1; U < nU; U++) {
+    int r = __builtin_popcount((unsigned)U), nn = stage_nn(c, r);
+    if (r > L)
+      continue;
+    for (int d = 0; d < D; d++) {
+      if (!(U & (1u << d)))
+        continue;
+      size_t V = U & ~((size_t)1 << d);
+      if (r > 1) {
+        for (int j = 0; j <= L; j++)
+          gp[j] = gy[j] = gz[j] = INFINITY;
+        for (int e = 0; e < D; e++) {
+          if (!(V & (1u << e)) || !next_allowed(c, d, e))
+            continue;
+          const spt *q = t->sc + sidx(t, 0, V, e);
+          const double *lp = t->lp + lk(t, d, e), *ly = t->ly + lk(t, d, e);
+          for (int j = 1; j <= L - r + 1; j++) {
+            double vp = lp[j] + q[j].p, vy = ly[j] > q[j].y ? ly[j] : q[j].y;
+            double vz = ly[j] + q[j].p;
+            vz = lp[j] + (vz > q[j].z ? vz : q[j].z);
+            gp[j] = vp < gp[j] ? vp : gp[j];
+            gy[j] = vy < gy[j] ? vy : gy[j];
+            gz[j] = vz < gz[j] ? vz : gz[j];
+          }
+        }
+      }
+      for (int i = L - r; i >= 0; i--) {
+        t->st.dp_states++;
+        int jm = jmax_of(t, d, r, i);
+        double bp = INFINITY, by = INFINITY, bz = INFINITY;
+        const double *sf = t->sf + ij(t, d, i, 0), *sb = t->sb + ij(t, d, i, 0);
+        if (r == 1) {
+          if (jm == L) {
+            double f = sf[L], b = sb[L];
+            by = m1 * (f > b ? f : b) + nn * (f > b ? b : f);
+            bp = f + b;
+            bz = by + bp;
+          }
+        } else
+          for (int j = i + 1; j <= jm; j++) {
+            double f = sf[j], b = sb[j];
+            double ys = m1 * (f > b ? f : b) + nn * (f > b ? b : f);
+            double vp = f + b + gp[j], vy = ys > gy[j] ? ys : gy[j], vz = ys + gp[j];
+            vz = f + b + (vz > gz[j] ? vz : gz[j]);
+            bp = vp < bp ? vp : bp;
+            by = vy < by ? vy : by;
+            bz = vz < bz ? vz : bz;
+          }
+        t->sc[sidx(t, i, U, d)] = (spt){down(by), down(bp), down(bz)};
+      }
     }
+  }
+  free(gp);
+  return 0;
+}
+
+/* Merges Pareto list b into a (both sorted); result in out (may not alias). */
+static int pareto_merge(const dpt *a, int na, const dpt *b, int nb, dpt *out) {
+  int i = 0, j = 0, n = 0;
+  while (i < na || j < nb) {
+    dpt v;
+    if (j >= nb || (i < na && (a[i].y < b[j].y || (a[i].y == b[j].y && a[i].p <= b[j].p))))
+      v = a[i++];
+    else
+      v = b[j++];
+    if (n > 0 && v.p >= out[n - 1].p)
+      continue; /* dominated: y not smaller, p not smaller */
+    if (n > 0 && v.y == out[n - 1].y)
+      out[n - 1] = v;
+    else
+      out[n++] = v;
+  }
+  return n;
+}
+
+/* The completions of list a entered through a stage or link with terms
+ * (ys, ps): y -> max(y, ys), p -> p + ps; points with y + p >= cut dropped. */
+static int shift_f(const pt *a, int na, double ys, double ps, double cut, dpt *out) {
+  int k = 0, n = 0;
+  while (k + 1 < na && a[k + 1].y <= ys)
+    k++;
+  if (a[k].y <= ys) {
+    if (ys + a[k].p + ps < cut)
+      out[n++] = (dpt){ys, (double)a[k].p + ps};
+    k++;
+  }
+  for (; k < na; k++)
+    if (a[k].y + a[k].p + ps < cut)
+      out[n++] = (dpt){a[k].y, (double)a[k].p + ps};
+  return n;
+}
+
+static int shift_d(const dpt *a, int na, double ys, double ps, double cut, dpt *out) {
+  int k = 0, n = 0;
+  while (k + 1 < na && a[k + 1].y <= ys)
+    k++;
+  if (a[k].y <= ys) {
+    if (ys + a[k].p + ps < cut)
+      out[n++] = (dpt){ys, a[k].p + ps};
+    k++;
+  }
+  for (; k < na; k++)
+    if (a[k].y + a[k].p + ps < cut)
+      out[n++] = (dpt){a[k].y, a[k].p + ps};
+  return n;
+}
+
+/* Keeps at most KMAX points: merging neighbours (y1, p1), (y2, p2) into
+ * (y1, p2) keeps a point below both, so the list stays a valid bound. */
+static int reduce(dpt *a, int n) {
+  while (n > KMAX) {
+    int best = 0;
+    double bl = INFINITY;
+    for (int k = 0; k + 1 < n; k++) {
+      double dp = a[k].p - a[k + 1].p, dy = a[k + 1].y - a[k].y;
+      double l = dp > dy ? dp : dy;
+      if (l < bl)
+        bl = l, best = k;
+    }
+    a[best].p = a[best + 1].p;
+    memmove(a + best + 1, a + best + 2, (size_t)(n - best - 2) * sizeof(dpt));
+    n--;
+  }
+  return n;
+}
+
+/* Appends a list (rounded down to floats) as state k's list. */
+static int store(bb *t, size_t k, const dpt *a, int n, bt_err *err) {
+  if (t->npts + (size_t)n > t->cap_pts) {
+    size_t nc = t->cap_pts ? 2 * t->cap_pts : (size_t)1 << 16;
+    while (nc < t->npts + (size_t)n)
+      nc *= 2;
+    if (nc > UINT32_MAX)
+      return bt_err_set(err, "partition: DP point pool overflow");
+    pt *np = realloc(t->pts, nc * sizeof(pt));
+    if (!np)
+      return bt_err_set(err, "partition: out of memory for the DP table");
+    t->pts = np;
+    t->cap_pts = nc;
+  }
+  pt *o = t->pts + t->npts;
+  int m = 0;
+  for (int q = 0; q < n; q++) {
+    pt v = {down(a[q].y), down(a[q].p)};
+    if (m > 0 && v.p >= o[m - 1].p)
+      continue;
+    if (m > 0 && v.y <= o[m - 1].y)
+      o[m - 1] = v;
+    else
+      o[m++] = v;
+  }
+  t->off[k] = (uint32_t)t->npts;
+  t->cnt[k] = (uint8_t)m;
+  t->npts += (size_t)m;
+  return 0;
+}
+
+/* Pareto lists of (max y_k, sum p_k), same recursion as fill_scalar. A plan
+ * through state (i, U, d) has a prefix of at least pre[i], so a completion
+ * with pre[i] + y + p >= ub cannot beat the incumbent ub: it is dropped. */
+static int fill_pareto(bb *t, bt_err *err) {
+  ctx *c = t->c;
+  int L = c->L, D = c->D, m1 = c->M - 1;
+  size_t nU = t->nU;
+  t->pts = NULL;
+  t->npts = t->cap_pts = 0;
+  t->off = malloc(t->ns * sizeof(uint32_t));
+  t->cnt = calloc(t->ns, 1);
+  dpt *g = malloc(((size_t)L + 1) * KMAX * sizeof(dpt)); /* G lists, KMAX each */
+  int *gn = calloc((size_t)L + 1, sizeof(int));
+  size_t big = (size_t)(3 * KMAX + 1);
+  dpt *buf = malloc(3 * big * sizeof(dpt));
+  int rc = 0;
+  if (!t->off || !t->cnt || !g || !gn || !buf) {
+    free(g), free(gn), free(buf);
+    return bt_err_set(err, "partition: out of memory for the DP table");
+  }
+  dpt *a = buf, *b = buf + big, *sh = buf + 2 * big;
+  for (size_t U = 1; U < nU && rc == 0; U++) {
+    int r = __builtin_popcount((unsigned)U), nn = stage_nn(c, r);
+    if (r > L)
+      continue;
+    for (int d = 0; d < D && rc == 0; d++) {
+      if (!(U & (1u << d)))
+        continue;
+      size_t V = U & ~((size_t)1 << d);
+      if (r > 1)
+        for (int j = 1; j <= L - r + 1; j++) {
+          int na = 0;
+          for (int e = 0; e < D; e++) {
+            if (!(V & (1u << e)) || !next_allowed(c, d, e))
+              continue;
+            size_t ck = sidx(t, j, V, e);
+            if (!t->cnt[ck])
+              continue;
+            size_t l = lk(t, d, e) + j;
+            int n2 =
+                shift_f(t->pts + t->off[ck], t->cnt[ck], t->ly[l], t->lp[l], t->ub - c->pre[j], sh);
+            na = pareto_merge(a, na, sh, n2, b);
+            dpt *tmp = a;
+            a = b, b = tmp;
+            if (na > 2 * KMAX)
+              na = reduce(a, na);
+          }
+          na = reduce(a, na);
+          memcpy(g + (size_t)j * KMAX, a, (size_t)na * sizeof(dpt));
+          gn[j] = na;
+        }
+      size_t od = (size_t)d * (L + 1);
+      for (int i = L - r; i >= 0 && rc == 0; i--) {
+        t->st.dp_states++;
+        int jm = jmax_of(t, d, r, i), na = 0;
+        const double *sf = t->sf + ij(t, d, i, 0), *sb = t->sb + ij(t, d, i, 0);
+        double cut = t->ub - c->pre[i];
+        if (r == 1) {
+          double f = sf[L], bw = sb[L];
+          double ys = m1 * (f > bw ? f : bw) + nn * (f > bw ? bw : f);
+          if (jm == L && ys + f + bw < cut)
+            a[na++] = (dpt){ys, f + bw};
+        } else
+          for (int j = i + 1; j <= jm; j++) {
+            /* codec-free compute only grows with j: once it alone reaches the cut, stop */
+            double f0 = c->F[od + j] - c->F[od + i], b0 = c->B[od + j] - c->B[od + i];
+            if (m1 * (f0 > b0 ? f0 : b0) + nn * (f0 > b0 ? b0 : f0) + f0 + b0 >= cut)
+              break;
+            if (!gn[j])
+              continue;
+            double f = sf[j], bw = sb[j];
+            double ys = m1 * (f > bw ? f : bw) + nn * (f > bw ? bw : f);
+            int n2 = shift_d(g + (size_t)j * KMAX, gn[j], ys, f + bw, cut, sh);
+            na = pareto_merge(a, na, sh, n2, b);
+            dpt *tmp = a;
+            a = b, b = tmp;
+            if (na > 2 * KMAX)
+              na = reduce(a, na);
+          }
+        na = reduce(a, na);
+        rc = store(t, sidx(t, i, U, d), a, na, err);
+      }
+    }
+  }
+  free(g), free(gn), free(buf);
+  return rc;
+}
+
+/* min over the points of state k of pp + p + max(yy, y); INFINITY if none. */
+static double state_bound(const bb *t, size_t k, double pp, double yy) {
+  if (t->sc) { /* pp + P_c + max(yy, Y_c) >= pp + max(P + max(yy, Y), Z) */
+    const spt *q = t->sc + k;
+    double v = q->p + (q->y > yy ? q->y : yy);
+    return pp + (v > q->z ? v : q->z);
+  }
+  const pt *q = t->pts + t->off[k];
+  double lb = INFINITY;
+  for (int m = 0; m < t->cnt[k]; m++) {
+    double y = q[m].y > yy ? q[m].y : yy, v = pp + q[m].p + y;
+    if (v < lb)
+      lb = v;
   }
   return lb;
 }
 
-static void leaf(bb *t, int S, double pp, double xx) {
-  t->st.evaluated++;
-  if (full_bound(t, S, pp, xx) >= t->best)
-    return;
-  bt_plan pl;
-  memset(&pl, 0, sizeof pl);
-  pl.n_stages = S;
-  memcpy(pl.device, t->dev, sizeof(int) * S);
-  memcpy(pl.first, t->first, sizeof(int) * (S + 1));
-  int bad, r = plan_fill(t->c, &pl, &bad, t->err);
-  if (r < 0) {
-    t->failed = 1;
-    return;
+/* Lower bound on the makespan of a complete plan (docs/partition.md):
+ * GPipe P + (M-1) (max forward-side term + max backward-side term);
+ * 1F1B P + for every stage the larger of (M-1) f + n b + max(0, (M-1-n) b - R)
+ * and n f + (M-1) b + max(0, (M-1-n) f - R), n = max(0, M-1-W), R the round
+ * trip right of the stage; every link (M-1) max(a, g); all plus o_0. */
+static double plan_bound(const ctx *c, int S, const double *f, const double *b, const double *a,
+                         const double *g, const double *o) {
+  int m1 = c->M - 1;
+  double P = 0.0, x = 0.0;
+  for (int s = 0; s < S; s++)
+    P += f[s] + b[s] + a[s] + g[s];
+  if (c->p->kind == BT_SCHED_GPIPE) {
+    double xf = 0.0, xb = 0.0;
+    for (int s = 0; s < S; s++) {
+      double u = f[s] > a[s] ? f[s] : a[s], v = b[s] > g[s] ? b[s] : g[s];
+      xf = u > xf ? u : xf;
+      xb = v > xb ? v : xb;
+    }
+    return P + m1 * (xf + xb) + o[0];
   }
-  if (r == 1 && pl.iter_time < t->best) {
-    t->best = pl.iter_time;
-    t->plan = pl;
+  double R = P;
+  for (int s = 0; s < S; s++) {
+    R -= f[s] + b[s]; /* R: the round trip right of stage s, link s included */
+    int w = S - s - 1 < c->M ? S - s - 1 : c->M, n = m1 - w > 0 ? m1 - w : 0;
+    double u = m1 * f[s] + n * b[s] + fmax(0.0, (m1 - n) * b[s] - R);
+    double v = n * f[s] + m1 * b[s] + fmax(0.0, (m1 - n) * f[s] - R);
+    double l = m1 * (a[s] > g[s] ? a[s] : g[s]);
+    u = u > v ? u : v;
+    u = u > l ? u : l;
+    x = u > x ? u : x;
+    R -= a[s] + g[s];
+  }
+  return P + x + o[0];
+}
+
+static void leaf(bb *t, int S) {
+  ctx *c = t->c;
+  double *f = t->cost, *b = f + MAXD, *a = b + MAXD, *g = a + MAXD, *o = g + MAXD;
+  for (int s = 0; s < S; s++) {
+    int d = t->dev[s], i = t->first[s], j = t->first[s + 1];
+    f[s] = t->sf[ij(t, d, i, j)];
+    b[s] = t->sb[ij(t, d, i, j)];
+    size_t oo = (size_t)d * (c->L + 1);
+    o[s] = c->O[oo + j] - c->O[oo + i];
+    a[s] = g[s] = 0.0;
+    if (s + 1 < S)
+      link_time(c, d, t->dev[s + 1], j, &a[s], &g[s]);
+  }
+  if (plan_bound(c, S, f, b, a, g, o) >= t->best)
+    return;
+  t->st.evaluated++;
+  if (!t->progs[S].ops) {
+    if (!c->built[S]) {
+      if (bt_schedule_build(&c->sched[S], c->p->kind, S, c->M, t->err) < 0) {
+        t->failed = 1;
+        return;
+      }
+      c->built[S] = 1;
+    }
+    if (prog_build(&t->progs[S], &c->sched[S], t->err) < 0) {
+      t->failed = 1;
+      return;
+    }
+  }
+  double mk = prog_run(&t->progs[S], S, f, b, a, g, o, t->work);
+  if (t->dive)
+    t->stopped = 1;
+  if (mk < t->best) {
+    t->best = mk;
+    t->best_S = S;
+    memcpy(t->best_dev, t->dev, sizeof(int) * S);
+    memcpy(t->best_first, t->first, sizeof(int) * (S + 1));
   }
 }
 
-/* Stage `depth` starts at layer i on device d; U: devices of this and later stages. */
-static void node(bb *t, int depth, int i, size_t U, int d, double pp, double xx) {
+/* Stage `depth` starts at layer i on device d; U: devices of this and later
+ * stages. Prefix (stages before): pp = sum of p_k, yy = max of y_k, lm = max
+ * of left_k + M (f_k + b_k), oo = the first stage's optimizer step; own_lb:
+ * this subtree's bound (kept in open_lb if the budget stops the search here). */
+static void node(bb *t, int depth, int i, size_t U, int d, double pp, double yy, double lm,
+                 double oo, double own_lb) {
   ctx *c = t->c;
-  int L = c->L, D = c->D, r = __builtin_popcount((unsigned)U);
+  int L = c->L, D = c->D, r = __builtin_popcount((unsigned)U), m1 = c->M - 1;
   t->st.nodes++;
   if (t->budget > 0 && t->st.nodes > t->budget) {
     t->stopped = 1;
+    t->open_lb = own_lb < t->open_lb ? own_lb : t->open_lb;
     return;
   }
   t->dev[depth] = d;
   t->first[depth] = i;
-  double f, b;
   if (r == 1) {
-    stage_time(c, d, i, L, &f, &b);
     t->first[depth + 1] = L;
-    double x = stage_x(c, f, b, 1);
-    leaf(t, depth + 1, pp + f + b, xx > x ? xx : x);
+    leaf(t, depth + 1);
     return;
   }
   kid *ks = t->kids + (size_t)depth * L * D;
-  int nk = 0;
-  size_t V = U & ~((size_t)1 << d);
-  double cd = cap(c, d);
-  for (int j = i + 1; j <= L - r + 1; j++) {
-    if (stage_mem(c, i, j, r) > cd)
-      break;
-    stage_time(c, d, i, j, &f, &b);
-    double xs = stage_x(c, f, b, r);
+  int nk = 0, nn = stage_nn(c, r), jm = jmax_of(t, d, r, i);
+  size_t V = U & ~((size_t)1 << d), od = (size_t)d * (L + 1);
+  for (int j = i + 1; j <= jm; j++) {
+    double f = t->sf[ij(t, d, i, j)], b = t->sb[ij(t, d, i, j)];
+    double ys = m1 * (f > b ? f : b) + nn * (f > b ? b : f);
+    double lmj = pp + c->M * (f + b);
+    lmj = lm > lmj ? lm : lmj;
+    double o = depth == 0 ? c->O[od + j] - c->O[od + i] : oo;
+    ys = yy > ys ? yy : ys;
     for (int e = 0; e < D; e++) {
       if (!(V & (1u << e)) || !next_allowed(c, d, e))
         continue;
-      size_t ck = sidx(t, j, V, e);
-      if (!isfinite(t->X[ck]))
+      size_t ck = sidx(t, j, V, e), l = lk(t, d, e) + j;
+      double y = t->ly[l] > ys ? t->ly[l] : ys, p = pp + f + b + t->lp[l];
+      double lb = state_bound(t, ck, p, y);
+      lb = (lb > lmj ? lb : lmj) + o;
+      if (!(lb < t->best))
         continue;
-      double a, g;
-      link_time(c, d, e, j, &a, &g);
-      double x = xs;
-      if (a > x) x = a;
-      if (g > x) x = g;
-      if (xx > x) x = xx;
-      double p = pp + f + b + a + g;
-      double cx = t->X[ck] > x ? t->X[ck] : x;
-      double lb = p + t->P[ck] + (c->M - 1) * cx;
-      if (lb >= t->best)
-        continue;
-      ks[nk++] = (kid){lb, p, x, j, e};
+      ks[nk++] = (kid){lb, p, y, lmj, o, j, e};
     }
   }
   qsort(ks, (size_t)nk, sizeof(kid), cmp_kid);
@@ -558,7 +1046,7 @@ static void node(bb *t, int depth, int i, size_t U, int d, double pp, double xx)
         t->open_lb = ks[k].lb;
       break;
     }
-    node(t, depth + 1, ks[k].j, V, ks[k].e, ks[k].p, ks[k].x);
+    node(t, depth + 1, ks[k].j, V, ks[k].e, ks[k].p, ks[k].y, ks[k].lm, ks[k].o, ks[k].lb);
   }
 }
 
@@ -573,6 +1061,53 @@ static int cmp_root(const void *a, const void *b) {
   return x < y ? -1 : x > y ? 1 : 0;
 }
 
+/* Runs the branch and bound from every root (device set and first device)
+ * on the current bound table: first the root of smallest bound alone (its
+ * first plan usually rules out most roots), then the others that can still
+ * win, best bound first. */
+static void search_roots(bb *t, root *roots) {
+  ctx *c = t->c;
+  size_t nr = 0, first = 0;
+  for (size_t U = 1; U < t->nU; U++) {
+    if (__builtin_popcount((unsigned)U) > c->L)
+      continue;
+    for (int d = 0; d < c->D; d++) {
+      size_t k = sidx(t, 0, U, d);
+      double lb = (U & (1u << d)) && root_allowed(c, U, d) ? state_bound(t, k, 0.0, 0.0) : INFINITY;
+      if (lb < t->best) {
+        if (nr > 0 && lb < roots[first].lb)
+          first = nr;
+        roots[nr++] = (root){lb, (uint32_t)U, d};
+      }
+    }
+  }
+  if (nr == 0)
+    return;
+  root r0 = roots[first];
+  roots[first] = roots[--nr];
+  node(t, 0, 0, r0.U, r0.d, 0.0, 0.0, 0.0, 0.0, r0.lb);
+  size_t n = 0;
+  for (size_t k = 0; k < nr; k++)
+    if (roots[k].lb < t->best)
+      roots[n++] = roots[k];
+  qsort(roots, n, sizeof(root), cmp_root);
+  for (size_t k = 0; k < n && !t->failed; k++) {
+    if (roots[k].lb >= t->best)
+      break;
+    if (t->stopped) {
+      if (roots[k].lb < t->open_lb)
+        t->open_lb = roots[k].lb;
+      break;
+    }
+    node(t, 0, 0, roots[k].U, roots[k].d, 0.0, 0.0, 0.0, 0.0, roots[k].lb);
+  }
+}
+
+/* The scalar-bound search gets this many nodes per table entry before a
+ * small table is refilled with Pareto lists (which cost about as much to
+ * fill as a scalar search of that many nodes). */
+#define SCALAR_NODES_PER_STATE 2L
+
 int bt_plan_search(const bt_plan_problem *p, bt_plan *out, bt_plan_stats *stats, bt_err *err) {
   ctx c;
   bb t;
@@ -583,59 +1118,91 @@ int bt_plan_search(const bt_plan_problem *p, bt_plan *out, bt_plan_stats *stats,
     goto done;
   t.c = &c;
   t.nU = (size_t)1 << c.D;
+  t.ns = (size_t)c.L * t.nU * c.D;
   t.best = INFINITY;
   t.err = err;
   t.open_lb = INFINITY;
-  t.budget = p->max_nodes == 0 ? BT_PLAN_DEFAULT_NODES : p->max_nodes;
-  if ((rc = fill_dp(&t, err)) < 0)
+  long budget = p->max_nodes == 0 ? BT_PLAN_DEFAULT_NODES : p->max_nodes;
+  if ((long)t.ns > MAX_DP_STATES) {
+    rc = bt_err_set(err,
+                    "partition: %d layers x 2^%d device sets x %d devices is too large "
+                    "for the exact search; use fewer devices or coarser layers",
+                    c.L, c.D, c.D);
     goto done;
+  }
   t.kids = malloc((size_t)(MAXD + 1) * c.L * c.D * sizeof(kid));
+  t.work = malloc((size_t)(3 * MAXD + 2 * MAXD * c.M + 8) * sizeof(double));
   roots = malloc(t.nU * c.D * sizeof(root));
-  if (!t.kids || !roots) {
+  if (!t.kids || !t.work || !roots) {
     rc = bt_err_set(err, "partition: out of memory for the search");
     goto done;
   }
-  size_t nr = 0;
-  for (size_t U = 1; U < t.nU; U++)
-    for (int d = 0; d < c.D; d++) {
-      size_t k = sidx(&t, 0, U, d);
-      if ((U & (1u << d)) && isfinite(t.X[k]) && root_allowed(&c, U, d))
-        roots[nr++] = (root){(double)t.P[k] + (c.M - 1) * (double)t.X[k], (uint32_t)U, d};
-    }
-  if (nr == 0) {
-    rc = no_fit(&c, err);
+  if ((rc = tabs_init(&t, err)) < 0 || (rc = fill_scalar(&t, err)) < 0)
     goto done;
-  }
-  qsort(roots, nr, sizeof(root), cmp_root);
-  for (size_t k = 0; k < nr && !t.failed; k++) {
-    if (roots[k].lb >= t.best)
-      break;
-    if (t.stopped) {
-      if (roots[k].lb < t.open_lb)
-        t.open_lb = roots[k].lb;
-      break;
-    }
-    node(&t, 0, 0, roots[k].U, roots[k].d, 0.0, 0.0);
+  int pareto = p->bounds == BT_PLAN_BOUNDS_PARETO ||
+               (p->bounds == BT_PLAN_BOUNDS_AUTO && (long)t.ns <= PARETO_MAX_STATES);
+  /* Pass 1, scalar bounds: the whole search, or (auto, small tables) the
+   * search up to SCALAR_NODES_PER_STATE nodes per entry, or (Pareto) a dive
+   * to the first complete plan: an incumbent for the Pareto cut. */
+  long n1 = SCALAR_NODES_PER_STATE * (long)t.ns;
+  t.budget = pareto && (budget < 0 || budget > n1) ? n1 : budget;
+  t.dive = p->bounds == BT_PLAN_BOUNDS_PARETO;
+  search_roots(&t, roots);
+  if (!t.failed && pareto && t.stopped && (budget < 0 || t.st.nodes < budget)) {
+    /* Pass 2: Pareto lists cut at the incumbent, and a fresh search. */
+    long dps = t.st.dp_states;
+    free(t.sc);
+    t.sc = NULL;
+    t.ub = t.best;
+    if ((rc = fill_pareto(&t, err)) < 0)
+      goto done;
+    t.st.dp_states = dps;
+    t.stopped = t.dive = 0;
+    t.open_lb = INFINITY;
+    t.budget = budget;
+    search_roots(&t, roots);
   }
   if (t.failed) {
     rc = -1;
     goto done;
   }
-  if (!isfinite(t.best)) { /* cannot happen: a finite root has a feasible completion */
-    rc = no_fit(&c, err);
+  if (!isfinite(t.best)) {
+    if (t.stopped)
+      rc = bt_err_set(err,
+                      "partition: the node budget (%ld) ran out before any complete plan "
+                      "was found; raise max_nodes",
+                      budget);
+    else /* no root's completion can be run in this device order, or nothing fits */
+      rc = no_fit(&c, err);
     goto done;
   }
-  *out = t.plan;
+  memset(out, 0, sizeof *out);
+  out->n_stages = t.best_S;
+  memcpy(out->device, t.best_dev, sizeof(int) * t.best_S);
+  memcpy(out->first, t.best_first, sizeof(int) * (t.best_S + 1));
+  int bad;
+  if ((rc = plan_fill(&c, out, &bad, err)) < 0)
+    goto done;
   t.st.exact = !t.stopped;
-  t.st.lower_bound = t.stopped && t.open_lb < t.best ? t.open_lb : t.best;
+  t.st.lower_bound = t.stopped && t.open_lb < out->iter_time ? t.open_lb : out->iter_time;
   if (stats)
     *stats = t.st;
   rc = 0;
 done:
+  for (int s = 0; s <= MAXD; s++)
+    free(t.progs[s].ops);
   free(roots);
   free(t.kids);
-  free(t.X);
-  free(t.P);
+  free(t.work);
+  free(t.off);
+  free(t.cnt);
+  free(t.pts);
+  free(t.sc);
+  free(t.sf);
+  free(t.sb);
+  free(t.lp);
+  free(t.ly);
+  free(t.jmax);
   ctx_free(&c);
   return rc;
 }

@@ -89,6 +89,8 @@ expect_fail microbatch-divides "micro_batches" "$baton" train --set batch_size=6
 expect_fail bench-no-model "needs --model" "$baton" bench step
 expect_fail bench-bad-model "unknown model" "$baton" bench step --model nope
 expect_fail bench-bad-batch "--batch" "$baton" bench step --model mlp --batch 0
+expect_fail bench-plan-bad-bounds "--bounds" "$baton" bench plan --bounds best
+expect_fail bench-plan-bad-option "unknown option" "$baton" bench plan --nodes 5
 
 # baton plan: the plan of an experiment and every partitioner side by side.
 export BATON_CALIBRATION="$tmp/calibration.tsv"

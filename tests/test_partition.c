@@ -120,26 +120,35 @@ Test(partition, search_equals_brute_force) {
         bt_plan a, b;
         bt_err ea = {{0}}, eb = {{0}};
         bt_plan_stats st;
-        int ra = bt_plan_search(&q.p, &a, &st, &ea);
-        cr_assert(ra < 0 || st.exact, "search stopped on a small problem");
         int rb = bt_plan_brute_force(&q.p, &b, &eb);
-        cr_assert_eq(ra, rb, "L=%d D=%d: search %d (%s) vs brute %d (%s)", L, D, ra, ea.msg, rb,
-                     eb.msg);
+        /* every kind of bound, each exact: the same optimum as brute force */
+        for (int bi = 0; bi < 3; bi++) {
+          q.p.bounds = (bt_plan_bounds)bi;
+          int ra = bt_plan_search(&q.p, &a, &st, &ea);
+          cr_assert(ra < 0 || st.exact, "search stopped on a small problem");
+          cr_assert_eq(ra, rb, "L=%d D=%d bounds %d: search %d (%s) vs brute %d (%s)", L, D, bi, ra,
+                       ea.msg, rb, eb.msg);
+          if (ra < 0) {
+            cr_assert_str_eq(ea.msg, eb.msg);
+            continue;
+          }
+          cr_assert(fabs(a.iter_time - b.iter_time) <= 1e-9 * b.iter_time,
+                    "L=%d D=%d M=%d %s bounds %d: search %.12g vs brute force %.12g", L, D,
+                    micros[mi], k ? "1f1b" : "gpipe", bi, a.iter_time, b.iter_time);
+          cr_assert_leq(st.lower_bound, a.iter_time);
+          check_plan(&q, &a);
+        }
         trials++;
-        if (ra < 0) {
+        if (rb < 0) {
           infeasible++;
-          cr_assert_str_eq(ea.msg, eb.msg);
           continue;
         }
-        cr_assert(fabs(a.iter_time - b.iter_time) <= 1e-9 * b.iter_time,
-                  "L=%d D=%d M=%d %s: search %.12g vs brute force %.12g", L, D, micros[mi],
-                  k ? "1f1b" : "gpipe", a.iter_time, b.iter_time);
-        check_plan(&q, &a);
         if (a.n_stages < D && a.n_stages < L)
           unused++;
       }
   printf("partition: %d random problems, search = brute force (%d infeasible, %d leave a device "
-         "unused)\n", trials, infeasible, unused);
+         "unused)\n",
+         trials, infeasible, unused);
   cr_assert_gt(infeasible, 0);
   cr_assert_lt(infeasible, trials / 2);
 }
@@ -330,24 +339,82 @@ Test(partition, device_use_restrictions_equal_brute_force) {
       q.p.device_use = uses[u];
       bt_plan a, b;
       bt_err ea = {{0}}, eb = {{0}};
-      int ra = bt_plan_search(&q.p, &a, NULL, &ea);
       int rb = bt_plan_brute_force(&q.p, &b, &eb);
-      cr_assert_eq(ra, rb, "L=%d D=%d use %d: search %d (%s) vs brute %d (%s)", L, D, u, ra,
-                   ea.msg, rb, eb.msg);
       trials++;
-      if (ra < 0) {
-        infeasible++;
-        cr_assert_str_eq(ea.msg, eb.msg);
-        continue;
+      infeasible += rb < 0;
+      for (int bi = 0; bi < 3; bi++) {
+        q.p.bounds = (bt_plan_bounds)bi;
+        int ra = bt_plan_search(&q.p, &a, NULL, &ea);
+        cr_assert_eq(ra, rb, "L=%d D=%d use %d bounds %d: search %d (%s) vs brute %d (%s)", L, D, u,
+                     bi, ra, ea.msg, rb, eb.msg);
+        if (ra < 0) {
+          cr_assert_str_eq(ea.msg, eb.msg);
+          continue;
+        }
+        cr_assert(fabs(a.iter_time - b.iter_time) <= 1e-9 * b.iter_time,
+                  "L=%d D=%d use %d bounds %d: search %.12g vs brute force %.12g", L, D, u, bi,
+                  a.iter_time, b.iter_time);
+        check_plan(&q, &a);
+        if (L >= D)
+          cr_assert_eq(a.n_stages, D, "a device was left unused");
+        for (int s = 0; uses[u] == BT_PLAN_DEVICES_IN_ORDER && s < a.n_stages; s++)
+          cr_assert_eq(a.device[s], s, "stage %d runs on device %d", s, a.device[s]);
       }
-      cr_assert(fabs(a.iter_time - b.iter_time) <= 1e-9 * b.iter_time,
-                "L=%d D=%d use %d: search %.12g vs brute force %.12g", L, D, u, a.iter_time,
-                b.iter_time);
-      check_plan(&q, &a);
-      if (L >= D)
-        cr_assert_eq(a.n_stages, D, "a device was left unused");
-      for (int s = 0; uses[u] == BT_PLAN_DEVICES_IN_ORDER && s < a.n_stages; s++)
-        cr_assert_eq(a.device[s], s, "stage %d runs on device %d", s, a.device[s]);
     }
   cr_assert_lt(infeasible, trials / 2);
+}
+
+/* Problems too large for brute force: the scalar and the Pareto bounds,
+ * each run to the end, prove the same optimum; a search stopped by its node
+ * budget reports a valid lower bound; a budget too small for any complete
+ * plan says so. */
+Test(partition, scalar_and_pareto_bounds_agree) {
+  prob *q = malloc(sizeof *q);
+  for (int rep = 0; rep < 24; rep++) {
+    int L = 10 + (int)(urand() * 14), D = 3 + (int)(urand() * 4);
+    make_random(q, L, D, rep % 2 ? BT_SCHED_1F1B : BT_SCHED_GPIPE, 1 + rep % 8, rep % 4 == 0);
+    q->p.device_use = (bt_plan_device_use)(rep % 3);
+    q->p.max_nodes = -1;
+    bt_plan a, b;
+    bt_plan_stats sa, sb;
+    bt_err ea = {{0}}, eb = {{0}};
+    q->p.bounds = BT_PLAN_BOUNDS_SCALAR;
+    int ra = bt_plan_search(&q->p, &a, &sa, &ea);
+    q->p.bounds = BT_PLAN_BOUNDS_PARETO;
+    int rb = bt_plan_search(&q->p, &b, &sb, &eb);
+    cr_assert_eq(ra, rb, "L=%d D=%d: scalar %d (%s) vs pareto %d (%s)", L, D, ra, ea.msg, rb,
+                 eb.msg);
+    if (ra < 0)
+      continue;
+    cr_assert(sa.exact && sb.exact);
+    cr_assert(fabs(a.iter_time - b.iter_time) <= 1e-9 * b.iter_time,
+              "L=%d D=%d: scalar %.12g vs pareto %.12g", L, D, a.iter_time, b.iter_time);
+    check_plan(q, &a);
+    check_plan(q, &b);
+    /* stopped early: the plan is no better than the optimum, the bound no higher */
+    for (int bi = 0; bi < 3; bi++) {
+      q->p.bounds = (bt_plan_bounds)bi;
+      q->p.max_nodes = 5 + 13 * rep;
+      bt_plan c;
+      bt_plan_stats sc;
+      if (bt_plan_search(&q->p, &c, &sc, &ea) < 0) {
+        assert_has(ea.msg, "node budget");
+        continue;
+      }
+      cr_assert_geq(c.iter_time, a.iter_time * (1 - 1e-12));
+      cr_assert_leq(sc.lower_bound, a.iter_time * (1 + 1e-12), "bounds %d: bound %.12g > %.12g",
+                    bi, sc.lower_bound, a.iter_time);
+      cr_assert(sc.exact || sc.nodes > q->p.max_nodes);
+    }
+  }
+  make_random(q, 20, 4, BT_SCHED_1F1B, 4, 0);
+  q->p.max_nodes = 2;
+  bt_plan pl;
+  bt_err err = {{0}};
+  cr_assert_lt(bt_plan_search(&q->p, &pl, NULL, &err), 0);
+  assert_has(err.msg, "node budget");
+  q->p.bounds = (bt_plan_bounds)7;
+  cr_assert_lt(bt_plan_search(&q->p, &pl, NULL, &err), 0);
+  assert_has(err.msg, "unknown bounds");
+  free(q);
 }

@@ -29,7 +29,7 @@
 #include "baton/schedule.h"
 
 #define BT_PLAN_MAX_DEVICES 16
-#define BT_PLAN_DEFAULT_NODES 200000L
+#define BT_PLAN_DEFAULT_NODES 1000000L
 
 /* Which devices a plan may use. The runtime runs one stage per rank, so
  * `baton train` plans with BT_PLAN_DEVICES_IN_ORDER; `baton plan` also shows
@@ -39,6 +39,14 @@ typedef enum bt_plan_device_use {
   BT_PLAN_ALL_DEVICES,      /* every device runs one stage, in any order */
   BT_PLAN_DEVICES_IN_ORDER, /* every device runs one stage, stage s on device s */
 } bt_plan_device_use;
+
+/* Bounds of the branch and bound (docs/partition.md). All are exact; they
+ * differ only in speed. */
+typedef enum bt_plan_bounds {
+  BT_PLAN_BOUNDS_AUTO = 0, /* scalar; small tables switch to Pareto lists if that is slow */
+  BT_PLAN_BOUNDS_SCALAR,   /* one (max, sum, max + sum) triple per DP state */
+  BT_PLAN_BOUNDS_PARETO,   /* Pareto lists of (max, sum) per state, after a first plan */
+} bt_plan_bounds;
 
 /* Device-major matrices: x[d * n_layers + l]; device pairs: x[a * n_devices + b]. */
 typedef struct bt_plan_problem {
@@ -59,6 +67,7 @@ typedef struct bt_plan_problem {
   bt_plan_device_use device_use; /* default: any */
   long max_nodes;               /* branch-and-bound node budget; 0 = BT_PLAN_DEFAULT_NODES,
                                    < 0 = unlimited (always exact) */
+  bt_plan_bounds bounds;        /* default: auto */
   /* Only for bt_plan_flops: */
   const double *layer_flops;    /* [L] */
   const double *device_peak;    /* [D] FLOP/s */

@@ -11,6 +11,7 @@ int bt_cmd_train(int argc, char **argv);
 int bt_cmd_models(int argc, char **argv);
 int bt_cmd_bench(int argc, char **argv);
 int bt_cmd_bench_codec(int argc, char **argv); /* baton bench codec, from bt_cmd_bench */
+int bt_cmd_bench_plan(int argc, char **argv);  /* baton bench plan, from bt_cmd_bench */
 int bt_cmd_devices(int argc, char **argv);
 int bt_cmd_trace(int argc, char **argv);
 int bt_cmd_report(int argc, char **argv);

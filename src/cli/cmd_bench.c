@@ -3,7 +3,8 @@
  *
  *   baton bench step  training-step time of a zoo model vs the BLIS sgemm
  *                     rate of this machine (and optionally PyTorch's step)
- *   baton bench gemm  BLIS sgemm GFLOP/s at a few sizes */
+ *   baton bench gemm  BLIS sgemm GFLOP/s at a few sizes
+ *   baton bench plan  exact plan search time vs the even split (bench_plan.c) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,8 @@
 static void bench_usage(FILE *f) {
   fprintf(f, "usage: baton bench step --model M --batch B [options]\n"
              "       baton bench gemm [--size N] [--arch A] [--threads T]\n"
-             "       baton bench codec [options]  (codec GB/s vs memcpy, zstd, lz4; --help)\n\n"
+             "       baton bench codec [options]  (codec GB/s vs memcpy, zstd, lz4; --help)\n"
+             "       baton bench plan [options]   (exact plan search time; --help)\n\n"
              "step options:\n"
              "  --model M            zoo model (see 'baton models')\n"
              "  --batch B            samples per step (default 32)\n"
@@ -271,6 +273,8 @@ int bt_cmd_bench(int argc, char **argv) {
   }
   if (strcmp(argv[1], "codec") == 0) /* its own options: cmd_bench_codec.c */
     return bt_cmd_bench_codec(argc - 1, argv + 1);
+  if (strcmp(argv[1], "plan") == 0) /* its own options: bench_plan.c */
+    return bt_cmd_bench_plan(argc - 1, argv + 1);
   const char *what = argv[1];
   step_opts o = {.model = NULL,
                  .batch = 32,
