@@ -10,7 +10,7 @@
  * per line, so concurrent appenders do not interleave):
  *   HOST <tab> KEY <tab> A <tab> B
  * HOST fingerprints the host and the code (CPU model, BLIS kernels and
- * threads, baton version); KEY names a layer configuration
+ * threads, the compute-code hash BT_COMPUTE_HASH); KEY names a layer configuration
  * (bt_calib_layer_key), A and B its forward and backward host seconds; the
  * key "#host-rates" holds the host's sgemm GFLOP/s and memory GB/s. When a
  * key appears more than once the smallest figures win (load only ever slows

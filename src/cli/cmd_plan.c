@@ -10,6 +10,7 @@
 #include "baton/gemm.h"
 #include "baton/modelfile.h"
 #include "cli.h"
+#include "compute_hash.h"
 #include "git_version.h"
 #include "planner.h"
 #include "train_common.h"
@@ -184,7 +185,7 @@ int bt_cmd_plan(int argc, char **argv) {
     else
       snprintf(store, sizeof store, "%s", cfg.calibration);
   }
-  bt_calib_host(bt_gemm_arch(), bt_gemm_threads(), BT_GIT_DESCRIBE, host, sizeof host);
+  bt_calib_host(bt_gemm_arch(), bt_gemm_threads(), BT_COMPUTE_HASH, host, sizeof host);
   if (cli_planner_init(&pl, &cfg, &model, store[0] ? store : NULL, host, &err) < 0)
     goto fail;
   printf("baton plan: %s (%d layers) on %d devices, %s, %d micro-batches of %d, memory scale %g\n",
