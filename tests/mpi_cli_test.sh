@@ -128,12 +128,13 @@ expect_ok $? plan-logged "predicted"
 mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set partition=oracle --set memory_scale=0.00001
 expect_fail $? plan-memory "the smallest memory scale with which some plan fits is"
 
-# Re-planning: rank 1 becomes 4x slower at iteration 4; the oracle re-cuts
+# Re-planning: rank 1 becomes 50x slower at iteration 4 (so that any build,
+# sanitized too, finds a better plan); the oracle re-cuts
 # after iteration 4 and the weights, momentum and state migrate. The losses
 # equal those of the run that keeps its first plan (1F1B sums in the
 # single-process order whatever the cuts, so they match to the last digit).
 rp=(--set data.train_samples=256 --set iterations=10 --set devices=rpi4,jetson-orin-nano,rpi3bplus
-  --set partition=oracle --set throttle=1:4:4 --set progress=never)
+  --set partition=oracle --set throttle=1:4:50 --set progress=never)
 mpi 3 "$baton" train "${syn[@]}" "${rp[@]}" --set replan.every=0 --set output="$tmp/static.h5"
 expect_ok $? replan-reference "test accuracy"
 mpi 3 "$baton" train "${syn[@]}" "${rp[@]}" --set replan.every=2 --set output="$tmp/replan.h5"
