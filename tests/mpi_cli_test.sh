@@ -112,11 +112,12 @@ printf 'not a calibration line\n' >"$tmp/bad.tsv"
 mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set calibration="$tmp/bad.tsv"
 expect_fail $? calibration-corrupt "$tmp/bad.tsv:1: not 'HOST<tab>KEY<tab>SECONDS<tab>SECONDS'"
 
-# The planner (default partition: predicted): rank 0 plans, every rank runs
-# the plan, and the plan's true-time model agrees with the measured run.
+# The planner (default partition: predicted, device_order: plan): rank 0
+# plans, the ranks take their stages in the planned device order, and the
+# plan's true-time model agrees with the measured run.
 mpi 3 "$baton" train "${syn[@]}" --set devices=rpi4,jetson-orin-nano,rpi3bplus \
   --set partition=predicted --set progress=never --set output="$tmp/planned.h5"
-expect_ok $? plan-predicted "plan: partition predicted, cuts ["
+expect_ok $? plan-predicted "plan: partition predicted, stages on ["
 gap=$(sed -n 's/.*s with the true device times (\([-+0-9.]*\)%).*/\1/p' "$tmp/out")
 if [ -n "$gap" ] && awk -v g="$gap" 'BEGIN { exit !(g > -5 && g < 5) }'; then
   echo "ok   plan-true-model: planned vs measured iteration ${gap}%"
@@ -145,6 +146,15 @@ if [ "$(losses "$tmp/static.h5" | wc -l)" -eq 10 ] &&
   echo "ok   replan-same-losses: 10 iterations"
 else
   echo "FAIL replan-same-losses:"; paste <(losses "$tmp/static.h5") <(losses "$tmp/replan.h5")
+  fails=$((fails + 1))
+fi
+# Stages in another device order: the same losses as the experiment's order.
+mpi 3 "$baton" train "${syn[@]}" "${rp[@]}" --set replan.every=0 --set partition=even \
+  --set output="$tmp/even.h5"
+if [ "$(losses "$tmp/even.h5")" = "$(losses "$tmp/static.h5")" ]; then
+  echo "ok   device-order-same-losses"
+else
+  echo "FAIL device-order-same-losses:"; paste <(losses "$tmp/even.h5") <(losses "$tmp/static.h5")
   fails=$((fails + 1))
 fi
 "$baton" report "$tmp/replan.h5" >"$tmp/out" 2>"$tmp/err"

@@ -51,6 +51,7 @@ static const char *const all_keys[] = {
     "cuts",
     "clock",
     "calibration",
+    "device_order",
     "throttle",
     "replan.every",
     "replan.threshold",

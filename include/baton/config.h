@@ -115,8 +115,14 @@ typedef struct bt_config {
    * `baton models --layers`) of stages 2..N, increasing. Default empty. */
   char cuts[BT_CONFIG_DEVICES_MAX][BT_CONFIG_DEVICE_NAME];
   int n_cuts;
+  /* device_order: with a planned partition, "plan" lets the partitioner
+   * order the devices (stage s runs on the device it picks; every device
+   * runs one stage), "experiment" keeps the order of `devices`. Default
+   * "plan". */
+  char device_order[BT_CONFIG_ENUM_MAX];
   /* throttle: per-rank slowdowns added to the device profiles,
-   * "RANK:ITERATION:FACTOR" (every op class of rank RANK's device FACTOR
+   * "RANK:ITERATION:FACTOR" (every op class of device RANK (its index in
+   * `devices`) FACTOR
    * times slower from iteration ITERATION on). Default empty. */
   char throttle[BT_CONFIG_DEVICES_MAX][BT_CONFIG_DEVICE_NAME];
   int n_throttle;

@@ -162,6 +162,62 @@ static void layer_figures(cli_planner *pl) {
   }
 }
 
+/* Rows of a [D*L] array (NULL: skipped) permuted: new row s = old row order[s]. */
+static int permute_rows(double *a, const int *order, int D, int L) {
+  if (!a)
+    return 0;
+  double *tmp = malloc((size_t)D * L * sizeof(double));
+  if (!tmp)
+    return -1;
+  for (int s = 0; s < D; s++)
+    memcpy(tmp + (size_t)s * L, a + (size_t)order[s] * L, (size_t)L * sizeof(double));
+  memcpy(a, tmp, (size_t)D * L * sizeof(double));
+  free(tmp);
+  return 0;
+}
+
+int cli_planner_permute(cli_planner *pl, const int *order, bt_err *err) {
+  const int D = pl->n_devices, L = pl->n_layers;
+  int seen[BT_PLAN_MAX_DEVICES] = {0};
+  for (int s = 0; s < D; s++) {
+    if (order[s] < 0 || order[s] >= D || seen[order[s]]++)
+      return bt_err_set(err, "device order: entry %d (%d) is not a permutation of 0..%d", s,
+                        order[s], D - 1);
+  }
+  double *rows[] = {pl->true_fwd, pl->true_bwd,  pl->pred_fwd,  pl->pred_bwd, pl->view_fwd,
+                    pl->view_bwd, pl->ratio_fwd, pl->ratio_bwd, pl->optim};
+  for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
+    if (permute_rows(rows[k], order, D, L) < 0)
+      return bt_err_set(err, "out of memory permuting the planner");
+  bt_device dev[BT_PLAN_MAX_DEVICES];
+  double cap[BT_PLAN_MAX_DEVICES], peak[BT_PLAN_MAX_DEVICES];
+  char head[BT_PLAN_MAX_DEVICES][96];
+  double *bw = malloc((size_t)D * D * sizeof(double)),
+         *lat = malloc((size_t)D * D * sizeof(double));
+  if (!bw || !lat) {
+    free(bw), free(lat);
+    return bt_err_set(err, "out of memory permuting the planner");
+  }
+  for (int s = 0; s < D; s++) {
+    dev[s] = pl->dev[order[s]];
+    cap[s] = pl->mem_cap[order[s]];
+    peak[s] = pl->peak[order[s]];
+    memcpy(head[s], pl->head[order[s]], sizeof head[s]);
+    for (int t = 0; t < D; t++) {
+      bw[s * D + t] = pl->bandwidth[order[s] * D + order[t]];
+      lat[s * D + t] = pl->latency[order[s] * D + order[t]];
+    }
+  }
+  memcpy(pl->dev, dev, sizeof(bt_device) * (size_t)D);
+  memcpy(pl->mem_cap, cap, sizeof(double) * (size_t)D);
+  memcpy(pl->peak, peak, sizeof(double) * (size_t)D);
+  memcpy(pl->head, head, sizeof head[0] * (size_t)D);
+  memcpy(pl->bandwidth, bw, (size_t)D * D * sizeof(double));
+  memcpy(pl->latency, lat, (size_t)D * D * sizeof(double));
+  free(bw), free(lat);
+  return 0;
+}
+
 void cli_planner_truth_at(cli_planner *pl, long iteration) {
   const int D = pl->n_devices, L = pl->n_layers, mb = pl->micro_batch;
   pl->truth_iteration = iteration;
@@ -296,6 +352,43 @@ static void predict_row(const cli_planner *pl, int d, double *fwd, double *bwd) 
   }
 }
 
+/* Geometric mean of the finite ratios[d * L + l] over the devices d in
+ * [d0, d1) and the layers l that are `layer` (>= 0) or of `kind` (>= 0);
+ * NAN when there are none. */
+static double mean_ratio(const cli_planner *pl, const double *ratio, int d0, int d1, int layer,
+                         int kind) {
+  const int L = pl->n_layers;
+  double sum = 0;
+  int n = 0;
+  for (int d = d0; d < d1; d++)
+    for (int l = layer >= 0 ? layer : 0; l < (layer >= 0 ? layer + 1 : L); l++)
+      if (isfinite(ratio[d * L + l]) && (kind < 0 || (int)pl->model->layers[l].kind == kind))
+        sum += log(ratio[d * L + l]), n++;
+  return n ? exp(sum / n) : NAN;
+}
+
+/* One pass of the planning view: the model times a measured / model ratio:
+ * the layer's own on this device when it ran there; else the layer's on the
+ * devices that ran it (the model's error is mostly in its host-time part,
+ * which all devices share); else that of the device's, then every device's,
+ * layers of the same kind; else 1. */
+static void refresh_view(const cli_planner *pl, const double *pred, const double *ratio,
+                         double *view) {
+  const int D = pl->n_devices, L = pl->n_layers;
+  for (int d = 0; d < D; d++)
+    for (int l = 0; l < L; l++) {
+      const int kind = (int)pl->model->layers[l].kind;
+      double r = ratio[d * L + l];
+      if (!isfinite(r))
+        r = mean_ratio(pl, ratio, 0, D, l, -1);
+      if (!isfinite(r))
+        r = mean_ratio(pl, ratio, d, d + 1, -1, kind);
+      if (!isfinite(r))
+        r = mean_ratio(pl, ratio, 0, D, -1, kind);
+      view[d * L + l] = pred[d * L + l] * (isfinite(r) ? r : 1);
+    }
+}
+
 int cli_planner_learn(cli_planner *pl, int d, int first, int count, const double *fwd,
                       const double *bwd, bt_err *err) {
   if (!pl->predictor)
@@ -323,10 +416,8 @@ int cli_planner_learn(cli_planner *pl, int d, int first, int count, const double
     if (bwd[k] > 0 && isfinite(bwd[k]) && pl->pred_bwd[row + first + k] > 0)
       pl->ratio_bwd[row + first + k] = bwd[k] / pl->pred_bwd[row + first + k];
   }
-  for (int l = 0; l < pl->n_layers; l++) {
-    pl->view_fwd[row + l] = pl->pred_fwd[row + l] * pl->ratio_fwd[row + l];
-    pl->view_bwd[row + l] = pl->pred_bwd[row + l] * pl->ratio_bwd[row + l];
-  }
+  refresh_view(pl, pl->pred_fwd, pl->ratio_fwd, pl->view_fwd);
+  refresh_view(pl, pl->pred_bwd, pl->ratio_bwd, pl->view_bwd);
   return 0;
 }
 
@@ -407,7 +498,7 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
   pl->ratio_fwd = malloc((size_t)D * L * sizeof(double));
   pl->ratio_bwd = malloc((size_t)D * L * sizeof(double));
   for (size_t i = 0; pl->ratio_fwd && pl->ratio_bwd && i < (size_t)D * L; i++)
-    pl->ratio_fwd[i] = pl->ratio_bwd[i] = 1;
+    pl->ratio_fwd[i] = pl->ratio_bwd[i] = NAN; /* never measured */
   if (!pl->view_fwd || !pl->view_bwd || !pl->ratio_fwd || !pl->ratio_bwd) {
     free(pf), free(pb);
     return bt_err_set(err, "out of memory for predictions");

@@ -83,6 +83,11 @@ int cli_planner_predict(cli_planner *pl, bt_err *err);
 int cli_planner_learn(cli_planner *pl, int d, int first, int count, const double *fwd,
                       const double *bwd, bt_err *err);
 
+/* Re-indexes every device-indexed figure so that planner device s is the
+ * experiment's device order[s] (a run whose stages follow a planned device
+ * order then plans in order). */
+int cli_planner_permute(cli_planner *pl, const int *order, bt_err *err);
+
 /* Recomputes the true times for `iteration` (throttling schedules). */
 void cli_planner_truth_at(cli_planner *pl, long iteration);
 

@@ -86,7 +86,12 @@ typedef struct run {
   cli_planner *planner; /* rank 0, planned partitions: kept for re-planning */
   int replans;
   double pending_migration; /* device s of a migration, charged to the next iteration */
+  int world_rank;           /* in MPI_COMM_WORLD: the index of this rank's device */
+  int own_comm;             /* comm was split off MPI_COMM_WORLD (free it) */
   double last_iter_time;    /* rank 0: the last iteration's time (max over ranks) */
+  /* stage_device[s]: the device (index in `devices`) of stage s = rank s of comm.
+   * The identity unless a partitioner ordered the devices (device_order). */
+  int stage_device[BT_CONFIG_DEVICES_MAX];
 } run;
 
 /* Whether the cuts come from a partitioner (rank 0 plans at start). */
@@ -94,9 +99,15 @@ static int planned(const bt_config *c) {
   return strcmp(c->partition, "even") != 0 && strcmp(c->partition, "explicit") != 0;
 }
 
+/* Whether the partitioner may order the devices (then any rank may become
+ * the first or last stage). */
+static int reordering(const bt_config *c) {
+  return planned(c) && strcmp(c->device_order, "plan") == 0;
+}
+
 static int setup_data_and_model(run *r, bt_err *err) {
   const bt_config *c = r->cfg;
-  const int needs_data = r->rank == 0 || r->rank == r->size - 1;
+  const int needs_data = r->rank == 0 || r->rank == r->size - 1 || reordering(c);
   int ok = !needs_data || bt_cli_load_data(c, &r->train, &r->test, err) == 0;
   if (agree(r->comm, ok) < 0)
     return -1;
@@ -165,6 +176,45 @@ static int setup_calibration(run *r, bt_err *err) {
   return agree(r->comm, ok);
 }
 
+/* Puts the ranks in stage order: a communicator in which rank s runs stage
+ * s on device stage_device[s]. The process of stage 0 keeps the planner (for
+ * re-planning), indexed by stage from then on. */
+static int reorder_ranks(run *r, bt_err *err) {
+  int stage = -1, identity = 1;
+  for (int s = 0; s < r->size; s++) {
+    if (r->stage_device[s] == r->world_rank)
+      stage = s;
+    identity = identity && r->stage_device[s] == s;
+  }
+  if (stage < 0)
+    return bt_err_set(err, "rank %d: runs no stage of the plan", r->world_rank);
+  if (!identity) {
+    MPI_Comm stages;
+    if (MPI_Comm_split(r->comm, 0, stage, &stages) != MPI_SUCCESS)
+      return bt_err_set(err, "rank %d: MPI_Comm_split (stage order) failed", r->world_rank);
+    r->comm = stages;
+    r->own_comm = 1;
+    MPI_Comm_rank(r->comm, &r->rank);
+  }
+  int ok = 1;
+  if (r->planner && r->rank != 0) { /* world rank 0 no longer runs stage 0 */
+    cli_planner_free(r->planner);
+    free(r->planner);
+    r->planner = NULL;
+  }
+  if (r->rank == 0 && !r->planner) {
+    r->planner = calloc(1, sizeof *r->planner);
+    ok = r->planner &&
+         cli_planner_init(r->planner, r->cfg, &r->model, r->calib_path[0] ? r->calib_path : NULL,
+                          r->calib_host, err) == 0;
+    if (ok && strcmp(r->cfg->partition, "predicted") == 0)
+      ok = cli_planner_predict(r->planner, err) == 0;
+  }
+  if (ok && r->rank == 0)
+    ok = cli_planner_permute(r->planner, r->stage_device, err) == 0;
+  return agree(r->comm, ok);
+}
+
 /* "[8, 9, 20]": the 1-based first layers of stages 2..n. */
 static void format_cuts(const int *cuts, int n, char *buf, size_t len) {
   size_t used = (size_t)snprintf(buf, len, "[");
@@ -187,7 +237,7 @@ static int setup_plan(run *r, bt_err *err) {
     return 0;
   int ok = 1;
   double figures[2 + BT_CONFIG_DEVICES_MAX];
-  int cuts[BT_CONFIG_DEVICES_MAX + 1];
+  int cuts[BT_CONFIG_DEVICES_MAX + 1], order[BT_CONFIG_DEVICES_MAX];
   if (r->rank == 0) {
     if (r->size > BT_PLAN_MAX_DEVICES)
       ok = bt_err_set(err,
@@ -203,18 +253,27 @@ static int setup_plan(run *r, bt_err *err) {
     ok = ok &&
          cli_planner_init(pl, c, &r->model, r->calib_path[0] ? r->calib_path : NULL, r->calib_host,
                           err) == 0 &&
-         cli_planner_plan(pl, c->partition, BT_PLAN_DEVICES_IN_ORDER, &plan, &info, err) == 0;
+         cli_planner_plan(pl, c->partition,
+                          reordering(c) ? BT_PLAN_ALL_DEVICES : BT_PLAN_DEVICES_IN_ORDER, &plan,
+                          &info, err) == 0;
     if (ok) {
       memcpy(cuts, plan.first, sizeof(int) * (size_t)(r->size + 1));
+      memcpy(order, plan.device, sizeof(int) * (size_t)r->size);
       figures[0] = plan.iter_time;
       figures[1] = info.true_time;
       for (int s = 0; s < r->size; s++)
         figures[2 + s] = plan.fwd[s] + plan.bwd[s];
       char list[256];
       format_cuts(cuts, r->size, list, sizeof list);
-      printf("plan: partition %s, cuts %s, predicted %.4f s/iteration (%.4f s with the true "
-             "device times); planned in %.2f s\n",
-             c->partition, list, plan.iter_time, info.true_time,
+      char devs[1024];
+      size_t used = 0;
+      devs[0] = 0;
+      for (int k = 0; k < r->size && used < sizeof devs; k++)
+        used += (size_t)snprintf(devs + used, sizeof devs - used, "%s%s", k ? ", " : "",
+                                 c->devices[order[k]]);
+      printf("plan: partition %s, stages on [%s], cuts %s, predicted %.4f s/iteration (%.4f s "
+             "with the true device times); planned in %.2f s\n",
+             c->partition, devs, list, plan.iter_time, info.true_time,
              info.plan_seconds + pl->calib_seconds + pl->predict_seconds);
       if (info.profiling_s > 0)
         printf("plan: the %s partitioner needs %.2f s of device time profiling first\n",
@@ -226,13 +285,15 @@ static int setup_plan(run *r, bt_err *err) {
   if (agree(r->comm, ok) < 0)
     return -1;
   MPI_Bcast(cuts, r->size + 1, MPI_INT, 0, r->comm);
+  MPI_Bcast(order, r->size, MPI_INT, 0, r->comm);
   MPI_Bcast(figures, 2 + r->size, MPI_DOUBLE, 0, r->comm);
   memcpy(r->cuts, cuts, sizeof(int) * (size_t)(r->size + 1));
+  memcpy(r->stage_device, order, sizeof(int) * (size_t)r->size);
   r->plan_iter = figures[0];
   r->plan_true = figures[1];
   for (int s = 0; s < r->size; s++)
     r->plan_stage[s] = figures[2 + s];
-  return 0;
+  return reorder_ranks(r, err);
 }
 
 /* Whether this rank's stage under `cuts` fits its device (not agreed). */
@@ -261,8 +322,9 @@ static int setup_device(run *r, bt_err *err) {
   bt_host_rates h;
   measure_host(r, &h);
   r->dev.host_reference_s = BT_CALIB_REFERENCE_FLOPS / (h.sgemm_gflops * 1e9);
-  int ok = bt_device_find(c->devices[r->rank], data, &r->dev.dev, err) == 0 &&
-           cli_apply_throttle(c, r->size, r->rank, &r->dev.dev, err) == 0 &&
+  const int device = r->stage_device[r->rank];
+  int ok = bt_device_find(c->devices[device], data, &r->dev.dev, err) == 0 &&
+           cli_apply_throttle(c, r->size, device, &r->dev.dev, err) == 0 &&
            bt_host_as_device(&h, &r->dev.host, err) == 0;
   ok = ok && stage_fits(r, r->cuts, err);
   return agree(r->comm, ok);
@@ -274,7 +336,9 @@ static int setup_device(run *r, bt_err *err) {
  * pipeline gets an equal time share of one channel (TDMA-like: a static
  * split, not dynamic contention). */
 static int link_params(const run *r, int peer, bt_link_params *out, bt_err *err) {
-  return cli_link_params(r->cfg, r->size, &r->dev.dev, r->rank, peer, out, err);
+  /* links.pairs name devices by their index in `devices` */
+  const int dst = peer >= 0 && peer < r->size ? r->stage_device[peer] : -1;
+  return cli_link_params(r->cfg, r->size, &r->dev.dev, r->stage_device[r->rank], dst, out, err);
 }
 
 /* The codecs of boundary b: codec.activations / codec.gradients, unless a
@@ -362,7 +426,8 @@ static int open_runlog(run *r, bt_err *err) {
     bt_runlog_meta meta = bt_cli_runlog_meta(c, c->clock, c->schedule, r->size, &effective);
     bt_runlog_device devs[BT_CONFIG_DEVICES_MAX];
     for (int k = 0; k < r->size; k++)
-      devs[k] = (bt_runlog_device){k, c->devices[k], all[3 * k], all[3 * k + 1], all[3 * k + 2]};
+      devs[k] = (bt_runlog_device){k, c->devices[r->stage_device[k]], all[3 * k], all[3 * k + 1],
+                                   all[3 * k + 2]};
     int first[BT_CONFIG_DEVICES_MAX], ranks[BT_CONFIG_DEVICES_MAX];
     for (int k = 0; k < r->size; k++)
       first[k] = r->cuts[k], ranks[k] = k;
@@ -838,6 +903,9 @@ int bt_cli_train_pipeline(bt_config *cfg) {
   r.comm = MPI_COMM_WORLD;
   MPI_Comm_rank(r.comm, &r.rank);
   MPI_Comm_size(r.comm, &r.size);
+  r.world_rank = r.rank;
+  for (int s = 0; s < r.size && s < BT_CONFIG_DEVICES_MAX; s++)
+    r.stage_device[s] = s;
   bt_err err = {{0}};
   int rc = 1;
   if (setup_data_and_model(&r, &err) < 0 || setup_calibration(&r, &err) < 0 ||
@@ -861,6 +929,8 @@ out:
   if (r.planner)
     cli_planner_free(r.planner);
   free(r.planner);
+  if (r.own_comm)
+    MPI_Comm_free(&r.comm);
   bt_model_free(&r.model);
   bt_dataset_free(&r.train);
   bt_dataset_free(&r.test);
