@@ -18,7 +18,7 @@ enum { NP = BT_PRED_THETA, MAXF = 40, MAXT = 40, MAX_OPS = BT_DEVICE_LAYER_OPS_M
 /* Boosted regression trees on the regressions' log residuals: complete
  * trees of depth TREE_DEPTH (7 splits, 8 leaves). */
 enum { TREE_DEPTH = 3, TREE_INNER = (1 << TREE_DEPTH) - 1, TREE_LEAVES = 1 << TREE_DEPTH };
-#define TREE_SHRINK 0.1 /* learning rate */
+#define TREE_SHRINK 0.2 /* learning rate */
 #define TREE_SUBSAMPLE 0.8
 #define TREE_LEAF_RIDGE 1.0
 enum { TREE_MIN_LEAF = 2 };
@@ -74,7 +74,7 @@ void bt_predictor_default_options(bt_predictor_options *o) {
   o->ridge = 0.3;
   o->linear_head = 0;
   o->residual_memory = 0;
-  o->trees = 300;
+  o->trees = 100;
 }
 
 /* ---- features of the shared host-time model -------------------------------- */
@@ -1030,7 +1030,7 @@ static int fit_heads_and_prior(bt_predictor *p, const bt_profile *sets, int n_se
       p->cov[a * NP + b] = n_sets > 1 ? c / (n_sets - 1) : 0;
     }
   for (int a = 0; a < NP; a++)
-    p->cov[a * NP + a] = 1.2 * p->cov[a * NP + a] + 0.25;
+    p->cov[a * NP + a] = 1.2 * p->cov[a * NP + a] + 0.1;
   /* Raw heads (real hardware) start from the raw heads seen, if any: a real
    * CPU is closer to the host than to the emulated boards. */
   int n_raw = 0;
@@ -1279,7 +1279,7 @@ int bt_predictor_save(const bt_predictor *p, const char *path, bt_err *err) {
         for (int j = 0; j < TREE_INNER; j++)
           fprintf(f, " %d %.9g", tg->f[j], (double)tg->thr[j]);
         for (int j = 0; j < TREE_LEAVES; j++)
-          fprintf(f, " %.9g", (double)tg->leaf[j]);
+          fprintf(f, " %.6g", (double)tg->leaf[j]);
         fprintf(f, "\n");
       }
     }

@@ -60,7 +60,7 @@ typedef struct bt_predictor_options {
                         * (+2-3 points within 10%, but ~10x the prediction time and a
                         * 275 kB model file); default 0 */
   int trees;           /* boosted regression trees (depth 3) on the host regressions'
-                        * log residuals, per kind group and pass (default 300; 0: none) */
+                        * log residuals, per kind group and pass (default 100; 0: none) */
 } bt_predictor_options;
 
 void bt_predictor_default_options(bt_predictor_options *o);

@@ -27,7 +27,7 @@ static void predictor_usage(FILE *f) {
           "  --train-fraction F  fit on this share of the training rows only (learning curve)\n"
           "  --linear-head   the comparison model: one time scale per device\n"
           "  --residual-memory  add the nearest fitted layers' residuals (slower, larger)\n"
-          "  --trees N       boosted trees on the host regressions' residuals (default 300;\n"
+          "  --trees N       boosted trees on the host regressions' residuals (default 100;\n"
           "                  0: the regressions alone)\n");
 }
 
