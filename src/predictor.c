@@ -1188,7 +1188,7 @@ int bt_predictor_update(bt_predictor *p, const char *device, const bt_pred_sampl
   if (!s)
     return bt_err_set(err, "predictor: out of memory");
   memcpy(mu, h->th, sizeof mu);
-  map_fit(p, s, n, mu, prec, h->th, h->P, 5);
+  map_fit(p, s, n, mu, prec, h->th, h->P, 20);
   h->n_obs += n;
   free(s);
   return 0;

@@ -584,7 +584,7 @@ static int run_drift(sets *S, const bt_predictor_options *opt, bt_err *err) {
     bt_predictor_free(pr);
     return -1;
   }
-  int worst = 0;
+  int worst = 0, tested = 0;
   for (int k = 0; k < S->n; k++) {
     const bt_profile *p = &S->p[k];
     bt_device dev, host;
@@ -600,6 +600,7 @@ static int run_drift(sets *S, const bt_predictor_options *opt, bt_err *err) {
     for (int i = 0; i < m.n_layers; i++)
       rows[i] = find_row(p, &m.layers[i], 8);
     printf("%-18s", p->device);
+    tested++;
     int dv = bt_predictor_device(pr, S->names[k]), back = -1;
     for (int round = 0; round <= 10; round++) {
       ns = 0;
@@ -635,7 +636,10 @@ static int run_drift(sets *S, const bt_predictor_options *opt, bt_err *err) {
     if (back < 0 || back > 5)
       worst = 1;
   }
-  printf("slowdown followed within 5 updates on every device: %s\n", worst ? "no" : "yes");
+  if (tested == 0)
+    printf("no device profile of these sets found in %s/devices: nothing to check\n", data);
+  else
+    printf("slowdown followed within 5 updates on every device: %s\n", worst ? "no" : "yes");
   bt_model_free(&m);
   bt_predictor_free(pr);
   return 0;
