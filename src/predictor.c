@@ -14,7 +14,7 @@
 #include <gsl/gsl_matrix.h>
 #include <gsl/gsl_vector.h>
 
-enum { NP = BT_PRED_THETA, MAXF = 40, MAXT = 40, MAX_OPS = BT_DEVICE_LAYER_OPS_MAX };
+enum { NP = BT_PRED_THETA, MAXF = 48, MAXT = 40, MAX_OPS = BT_DEVICE_LAYER_OPS_MAX };
 /* Boosted regression trees on the regressions' log residuals: complete
  * trees of depth TREE_DEPTH (7 splits, 8 leaves). */
 enum { TREE_DEPTH = 3, TREE_INNER = (1 << TREE_DEPTH) - 1, TREE_LEAVES = 1 << TREE_DEPTH };
@@ -909,6 +909,12 @@ int bt_predictor_fit(const bt_profile *sets, const char *const *names, int n_set
         nf = features(l, sets[0].e[i].batch, pass, X + (size_t)m * MAXF);
         ntf = tree_features(l, sets[0].e[i].batch, pass, Xt + (size_t)m * MAXT);
         y[m++] = log(pass ? hb[i] : hf[i]);
+      }
+      if (nf >= MAXF || ntf > MAXT) { /* a feature list outgrew its arrays */
+        free(from), free(tmp), free(hf), free(hb), free(X), free(y), free(Xt), free(res);
+        bt_predictor_free(p);
+        return bt_err_set(err, "predictor: %d regression / %d tree features exceed %d / %d", nf,
+                          ntf, MAXF - 1, MAXT);
       }
       /* features() writes rows MAXF apart; compact them. */
       for (int i = 0; i < m; i++) {
