@@ -394,6 +394,22 @@ Test(predictor, profile_passes_keep_the_minimum_and_are_stored) {
   cr_assert_eq(q.e[0].host_fwd, p.e[0].host_fwd);
   unlink(path);
   bt_profile_free(&q);
+  /* On a device: the host rates are measured before every later pass and the
+   * best kept, and the mapping uses them. */
+  bt_device d;
+  cr_assert_eq(bt_device_find("rpi4", DATA_DIR, &d, &err), 0, "%s", err.msg);
+  const bt_host_rates r0 = p.host;
+  p.passes = 2;
+  cr_assert_eq(bt_profile_measure(&p, &d, &host, 1, 0, NULL, NULL, &err), 0, "%s", err.msg);
+  cr_assert_geq(p.host.sgemm_gflops, r0.sgemm_gflops);
+  cr_assert_geq(p.host.mem_gbs, r0.mem_gbs);
+  cr_assert_eq(bt_host_as_device(&p.host, &host, &err), 0, "%s", err.msg);
+  for (int i = 0; i < p.n; i++) {
+    const bt_profile_entry *e = &p.e[i];
+    const double f =
+        bt_device_layer_mapped(&d, &host, &e->layer, e->batch, BT_PASS_FWD, e->host_fwd, 0).total;
+    cr_assert_eq(e->fwd, f, "row %d: %g vs %g", i, e->fwd, f);
+  }
   bt_profile_free(&p);
 }
 

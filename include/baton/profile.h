@@ -90,7 +90,9 @@ typedef void (*bt_profile_progress)(void *ctx, int done, int total);
  * p->passes > 1 the whole corpus is timed that many times one pass after the
  * other and each layer keeps its minimum over the passes (load bursts of a
  * shared host slow down runs of consecutive layers; a later pass misses
- * most of them); progress then counts passes x layers. */
+ * most of them); progress then counts passes x layers. The host rates are
+ * then measured again before every later pass, the best kept in p->host and
+ * used for the mapping (`host` is then only a fallback). */
 int bt_profile_measure(bt_profile *p, const bt_device *dev, const bt_device *host, int repeats,
                        int wall_clock, bt_profile_progress progress, void *ctx, bt_err *err);
 
