@@ -5,15 +5,19 @@
  * The model (docs/predictor.md gives the comparison behind the choice):
  *
  *  1. A shared representation: the host time h(layer, batch, pass) of our own
- *     kernels, predicted from the layer descriptor by per-kind ridge
- *     regressions in log space (GSL): GEMM dimensions (M, N, K) and their
- *     products for convolutions and dense layers, the direct-kernel flag,
- *     kernel, stride, elements and cache-level hinges for the memory-bound
- *     kinds. A residual block is the sum of its sub-layers plus the add.
- *  2. A per-device head of 9 parameters theta (log scale): per-op overhead, a
- *     slowdown against the host for each op class (conv, dwconv, dense,
+ *     kernels, predicted from the layer descriptor in log space by a ridge
+ *     regression (GSL) per kind group and pass -- GEMM dimensions (M, N, K)
+ *     and their products, the code path layers.c takes, the kernel taps the
+ *     direct kernels really run, register-block fill, weight bytes against
+ *     the caches for convolutions and dense layers; elements and cache-level
+ *     hinges for the memory-bound kinds -- plus boosted regression trees on
+ *     its residuals. A residual block is the sum of its sub-layers plus the
+ *     add, corrected by a factor and trees of its own.
+ *  2. A per-device head of 10 parameters theta (log scale): per-op overhead,
+ *     a slowdown against the host for each op class (conv, dwconv, dense,
  *     element-wise, pool/norm), the FLOPs at which the device is half used,
- *     the last-level cache size and its speed-up. The head turns h into
+ *     the last-level cache size and its speed-up, and (raw heads: real CPUs)
+ *     the slowdown of the GEMM share of the host time. The head turns h into
  *     device time with the device model's own form (device.h): overhead x ops
  *     + h x T_theta(layer) / T_host(layer), roofline and cache included.
  *
@@ -76,7 +80,8 @@ int bt_predictor_fit(const bt_profile *sets, const char *const *names, int n_set
                      bt_predictor **out, bt_err *err);
 void bt_predictor_free(bt_predictor *p);
 
-/* Model file (text, a few kB): save and load. Loading validates. */
+/* Model file (text, ~200 kB with the default 100 trees per regression): save
+ * and load. Loading validates. */
 int bt_predictor_save(const bt_predictor *p, const char *path, bt_err *err);
 int bt_predictor_load(const char *path, bt_predictor **out, bt_err *err);
 
