@@ -326,6 +326,44 @@ Test(predictor, model_file_round_trip_and_bad_files) {
       cr_assert_leq(fabs(a - b), 1e-5 * a, "%g vs %g", a, b);
     }
   bt_predictor_free(q);
+  /* A tree that splits on a feature the regression does not have, and one
+   * whose leaf is not finite: refused, not read past. */
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f);
+  static char text[4 << 20];
+  const size_t len = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[len] = '\0';
+  char *trees = strstr(text, " trees ");
+  cr_assert_not_null(trees, "the model file has no trees");
+  int nt = 0, ntf = 0;
+  cr_assert_eq(sscanf(trees, " trees %d %d", &nt, &ntf), 2);
+  cr_assert_gt(nt, 0);
+  char *line = strchr(trees + 1, '\n') + 1; /* the first tree: "f thr" x 7, 8 leaves */
+  {
+    /* feature index out of range */
+    f = fopen(path, "w");
+    fprintf(f, "%.*s %d", (int)(line - text), text, ntf + 3);
+    const char *rest = line;
+    while (*rest == ' ')
+      rest++;
+    rest = strchr(rest, ' '); /* skip the first feature index */
+    fputs(rest, f);
+    fclose(f);
+    cr_assert_lt(bt_predictor_load(path, &q, &err), 0);
+    cr_assert(strstr(err.msg, "not a valid baton predictor file"), "%s", err.msg);
+    /* a NaN leaf: the last number of the first tree's line */
+    f = fopen(path, "w");
+    const char *eol = strchr(line, '\n');
+    const char *last = eol;
+    while (last > line && last[-1] != ' ')
+      last--;
+    fprintf(f, "%.*snan%s", (int)(last - text), text, eol);
+    fclose(f);
+    cr_assert_lt(bt_predictor_load(path, &q, &err), 0);
+    cr_assert(strstr(err.msg, "not a valid baton predictor file"), "%s", err.msg);
+  }
+  cr_assert_eq(bt_predictor_save(p, path, &err), 0, "%s", err.msg);
   cr_assert_eq(truncate(path, 300), 0);
   cr_assert_lt(bt_predictor_load(path, &q, &err), 0);
   cr_assert(strstr(err.msg, "not a valid baton predictor file"), "%s", err.msg);
