@@ -288,12 +288,15 @@ static double gbt_eval(const reg *r, const double *x) {
   return y;
 }
 
-static const double *sort_key;
-static int sort_nf, sort_j;
-static int cmp_feature(const void *a, const void *b) {
-  const double u = sort_key[(size_t) * (const int *)a * sort_nf + sort_j];
-  const double v = sort_key[(size_t) * (const int *)b * sort_nf + sort_j];
-  return (u > v) - (u < v);
+typedef struct keyed {
+  double v;
+  int i;
+} keyed;
+
+/* By value, ties by row: the same order on every platform's qsort. */
+static int cmp_keyed(const void *a, const void *b) {
+  const keyed *x = a, *y = b;
+  return x->v != y->v ? (x->v > y->v) - (x->v < y->v) : (x->i > y->i) - (x->i < y->i);
 }
 
 /* Gradient boosting of `nt` depth-3 trees on the residuals res[m] (changed:
@@ -307,20 +310,21 @@ static int fit_gbt(reg *r, const double *X, int m, int nf, double *res, int nt) 
   if (nt <= 0 || m < 4 * TREE_MIN_LEAF)
     return 0;
   int *order = malloc((size_t)m * nf * sizeof *order), *node = malloc((size_t)m * sizeof *node);
+  keyed *kv = malloc((size_t)m * sizeof *kv);
   r->tr = calloc((size_t)nt, sizeof *r->tr);
-  if (!order || !node || !r->tr) {
-    free(order), free(node), free(r->tr);
+  if (!order || !node || !kv || !r->tr) {
+    free(order), free(node), free(kv), free(r->tr);
     r->tr = NULL;
     return -1;
   }
-  sort_key = X, sort_nf = nf;
   for (int j = 0; j < nf; j++) {
-    int *o = order + (size_t)j * m;
     for (int i = 0; i < m; i++)
-      o[i] = i;
-    sort_j = j;
-    qsort(o, (size_t)m, sizeof *o, cmp_feature);
+      kv[i] = (keyed){X[(size_t)i * nf + j], i};
+    qsort(kv, (size_t)m, sizeof *kv, cmp_keyed);
+    for (int i = 0; i < m; i++)
+      order[(size_t)j * m + i] = kv[i].i;
   }
+  free(kv);
   unsigned long long rng = 0x2545F4914F6CDD1DULL;
   for (int t = 0; t < nt; t++) {
     gtree *g = &r->tr[t];
