@@ -14,7 +14,20 @@
 #include <gsl/gsl_matrix.h>
 #include <gsl/gsl_vector.h>
 
-enum { NP = BT_PRED_THETA, MAXF = 40, MAX_OPS = BT_DEVICE_LAYER_OPS_MAX };
+enum { NP = BT_PRED_THETA, MAXF = 48, MAXT = 40, MAX_OPS = BT_DEVICE_LAYER_OPS_MAX };
+/* Boosted regression trees on the regressions' log residuals: complete
+ * trees of depth TREE_DEPTH (7 splits, 8 leaves). */
+enum { TREE_DEPTH = 3, TREE_INNER = (1 << TREE_DEPTH) - 1, TREE_LEAVES = 1 << TREE_DEPTH };
+#define TREE_SHRINK 0.2 /* learning rate */
+#define TREE_SUBSAMPLE 0.8
+#define TREE_LEAF_RIDGE 1.0
+enum { TREE_MIN_LEAF = 2 };
+
+typedef struct gtree {
+  unsigned char f[TREE_INNER]; /* feature of each split */
+  float thr[TREE_INNER];       /* x[f] <= thr goes left */
+  float leaf[TREE_LEAVES];
+} gtree;
 /* One host-time regression per layer kind and pass (a residual block is
  * composed from its sub-layers, so its slot stays unused). */
 enum { N_GROUPS = BT_LAYER_KIND_COUNT };
@@ -29,6 +42,9 @@ typedef struct reg {
   int nk;
   float *kx;
   float *kr;
+  /* Boosted trees on tree_features() (nt trees, ntf features). */
+  int nt, ntf;
+  gtree *tr;
 } reg;
 
 typedef struct head {
@@ -58,6 +74,7 @@ void bt_predictor_default_options(bt_predictor_options *o) {
   o->ridge = 0.3;
   o->linear_head = 0;
   o->residual_memory = 0;
+  o->trees = 100;
 }
 
 /* ---- features of the shared host-time model -------------------------------- */
@@ -90,15 +107,55 @@ static int conv_path(const bt_layer *l, int batch, int back) {
     return 0;
   if (l->stride != 1)
     return 3;
-  bt_conv_geom g = back ? (bt_conv_geom){batch, l->out.h, l->out.w, l->out.c, l->in.c, l->kh,
-                                          l->kw, l->kh - 1 - l->pad, l->in.h, l->in.w}
-                        : (bt_conv_geom){batch, l->in.h, l->in.w, l->in.c, l->out.c, l->kh, l->kw,
-                                         l->pad, l->out.h, l->out.w};
+  bt_conv_geom g = back ? (bt_conv_geom){batch, l->out.h, l->out.w,           l->out.c, l->in.c,
+                                         l->kh, l->kw,    l->kh - 1 - l->pad, l->in.h,  l->in.w}
+                        : (bt_conv_geom){batch, l->in.h, l->in.w, l->in.c,  l->out.c,
+                                         l->kh, l->kw,   l->pad,  l->out.h, l->out.w};
   if ((back ? l->out.c >= 16 : l->in.c >= 4) && bt_conv_direct_ok(&g))
     return 1;
   if (bt_conv_thin_ok(&g))
     return 2;
   return 3;
+}
+
+/* Sum over the n output positions of the kernel taps that fall inside the
+ * input (stride 1, `in` input positions, padding pad, kernel k). */
+static double valid_taps(int n, int in, int pad, int k) {
+  double s = 0;
+  for (int o = 0; o < n; o++) {
+    const int a = pad - o > 0 ? pad - o : 0, b = in + pad - o < k ? in + pad - o : k;
+    s += b > a ? b - a : 0;
+  }
+  return s;
+}
+
+/* The share of a convolution's nominal multiply-adds a direct or thin
+ * kernel really does: they skip the kernel taps on the padding (rows only
+ * on images of more than 16 output pixels, rows and columns on smaller ones,
+ * which run across the batch), im2col and GEMM multiply the zeros too.
+ * back: the input gradient's view (a convolution of dout, complementary
+ * padding). */
+static double tap_share(const bt_layer *l, int batch, int back) {
+  const int path = conv_path(l, batch, back);
+  if (path != 1 && path != 2)
+    return 1.0;
+  const int H = back ? l->out.h : l->in.h, W = back ? l->out.w : l->in.w;
+  const int OH = back ? l->in.h : l->out.h, OW = back ? l->in.w : l->out.w;
+  const int pad = back ? l->kh - 1 - l->pad : l->pad;
+  const double rows = valid_taps(OH, H, pad, l->kh) / ((double)OH * l->kh);
+  if (OH * OW > 16)
+    return rows;
+  return rows * valid_taps(OW, W, pad, l->kw) / ((double)OW * l->kw);
+}
+
+/* Pixels per register block of the direct kernel: 6 along a row, or 8
+ * samples of one pixel on images of at most 16 output pixels; a ragged
+ * split wastes the FMA pipeline. */
+static double direct_block_fill(const bt_layer *l, int batch) {
+  const int small = l->out.h * l->out.w <= 16;
+  const int n = small ? batch : l->out.w, m = small ? 8 : 6;
+  const int nblk = (n + m - 1) / m;
+  return (double)n / nblk / m;
 }
 
 static int gemm_features(double M, double N, double K, double *x) {
@@ -131,6 +188,15 @@ static int features(const bt_layer *l, int batch, int pass, double *x) {
     x[n++] = l->stride > 1, x[n++] = l->in.c < 8, x[n++] = l->out.h * l->out.w <= 16;
     x[n++] = lg(B), x[n++] = lg(l->out.w), x[n++] = waste(l->out.w, 6), x[n++] = waste(l->in.c, 16);
     x[n++] = hinge(lb, lg(1 << 20)), x[n++] = hinge(lb, lg(8 << 20));
+    /* The multiply-adds the kernels really do, and the direct kernel's
+     * register-block fill (forward, or weight + input gradient). */
+    const double tf = tap_share(l, batch, 0);
+    x[n++] = pass ? lg(0.5 * (tf + tap_share(l, batch, 1))) : lg(tf);
+    const double lw = lg(4.0 * l->n_params);
+    x[n++] = hinge(lw, lg(512 << 10)), x[n++] = hinge(lw, lg(2 << 20));
+    const double fill = direct_block_fill(l, batch);
+    x[n++] = ((pf == 1) + (pass ? (pb == 1) : 0)) * lg(fill);
+    x[n++] = (l->out.h * l->out.w <= 16) * waste(N, 48);
     return n;
   }
   case BT_DENSE:
@@ -146,9 +212,8 @@ static int features(const bt_layer *l, int batch, int pass, double *x) {
     x[n++] = hinge(lb, lg(1 << 20)), x[n++] = hinge(lb, lg(8 << 20));
     return n;
   default: {
-    static const bt_layer_kind kinds[] = {BT_RELU6,   BT_MAXPOOL, BT_AVGPOOL,
-                                          BT_GLOBAL_AVGPOOL, BT_BATCHNORM, BT_FLATTEN,
-                                          BT_DROPOUT, BT_SOFTMAX_CE};
+    static const bt_layer_kind kinds[] = {BT_RELU6,     BT_MAXPOOL, BT_AVGPOOL, BT_GLOBAL_AVGPOOL,
+                                          BT_BATCHNORM, BT_FLATTEN, BT_DROPOUT, BT_SOFTMAX_CE};
     x[n++] = lb, x[n++] = lb * lb;
     x[n++] = hinge(lb, lg(256 << 10)), x[n++] = hinge(lb, lg(1 << 20));
     x[n++] = hinge(lb, lg(4 << 20)), x[n++] = hinge(lb, lg(16 << 20));
@@ -161,6 +226,175 @@ static int features(const bt_layer *l, int batch, int pass, double *x) {
     return n;
   }
   }
+}
+
+/* Features of the boosted trees (any monotone scale will do: trees split
+ * on thresholds): the raw shapes, the code paths, FLOPs, bytes, arithmetic
+ * intensity and channel counts modulo the SIMD blocking, so that the trees
+ * can carve out what the smooth regressions miss (a path switch, a cache
+ * level, a ragged block). Returns their count (<= MAXT). */
+static int tree_features(const bt_layer *l, int batch, int pass, double *x) {
+  const double B = batch > 0 ? batch : 1;
+  const double ein = (double)bt_shape_elems(l->in) * B, eout = (double)bt_shape_elems(l->out) * B;
+  const double fl = B * (pass ? bt_layer_flops_bwd(l) : bt_layer_flops_fwd(l));
+  const double w = (double)l->n_params;
+  const double bytes = 4 * (ein + eout + w * (1 + pass));
+  int n = 0;
+  x[n++] = lg(B), x[n++] = lg(fl), x[n++] = lg(bytes), x[n++] = lg(fl) - lg(bytes);
+  x[n++] = lg(4 * w), x[n++] = lg(4 * ein), x[n++] = lg(4 * eout);
+  x[n++] = l->in.c, x[n++] = l->out.c, x[n++] = l->in.c % 16, x[n++] = l->out.c % 16;
+  x[n++] = l->in.c % 64, x[n++] = l->out.c % 64;
+  x[n++] = l->in.h, x[n++] = l->out.h, x[n++] = l->out.w % 6, x[n++] = l->out.w % 8;
+  x[n++] = l->kh, x[n++] = l->stride;
+  switch (l->kind) {
+  case BT_CONV2D: {
+    const double M = B * l->out.h * l->out.w, N = l->units, K = (double)l->kh * l->kw * l->in.c;
+    x[n++] = lg(M), x[n++] = lg(N), x[n++] = lg(K);
+    x[n++] = conv_path(l, batch, 0), x[n++] = pass ? conv_path(l, batch, 1) : -1;
+    x[n++] = l->out.h * l->out.w <= 16, x[n++] = l->in.h * l->in.w <= 16;
+    x[n++] = lg(4 * B * l->out.h * l->out.w * K); /* the im2col matrix */
+    x[n++] = tap_share(l, batch, 0), x[n++] = pass ? tap_share(l, batch, 1) : 1;
+    x[n++] = direct_block_fill(l, batch);
+    x[n++] = lg(fl) + lg(pass ? 0.5 * (tap_share(l, batch, 0) + tap_share(l, batch, 1))
+                              : tap_share(l, batch, 0));
+    break;
+  }
+  case BT_DENSE: {
+    const double K = (double)bt_shape_elems(l->in);
+    x[n++] = lg(B), x[n++] = lg(l->units), x[n++] = lg(K), x[n++] = (int)K % 16;
+    break;
+  }
+  case BT_RESIDUAL:
+    x[n++] = l->n_body, x[n++] = l->n_short, x[n++] = l->post_relu;
+    x[n++] = l->n_body > 0 ? l->sub[0].out.c / (double)(l->in.c > 0 ? l->in.c : 1) : 1;
+    x[n++] = lg(eout / ein), x[n++] = l->in.h * l->in.w;
+    break;
+  default:
+    x[n++] = l->kind, x[n++] = lg(eout / ein), x[n++] = l->in.h * l->in.w;
+    break;
+  }
+  return n;
+}
+
+static double gbt_eval(const reg *r, const double *x) {
+  double y = 0;
+  for (int t = 0; t < r->nt; t++) {
+    const gtree *g = &r->tr[t];
+    int node = 0;
+    for (int d = 0; d < TREE_DEPTH; d++)
+      node = 2 * node + 1 + (x[g->f[node]] > g->thr[node]);
+    y += g->leaf[node - TREE_INNER];
+  }
+  return y;
+}
+
+typedef struct keyed {
+  double v;
+  int i;
+} keyed;
+
+/* By value, ties by row: the same order on every platform's qsort. */
+static int cmp_keyed(const void *a, const void *b) {
+  const keyed *x = a, *y = b;
+  return x->v != y->v ? (x->v > y->v) - (x->v < y->v) : (x->i > y->i) - (x->i < y->i);
+}
+
+/* Gradient boosting of `nt` depth-3 trees on the residuals res[m] (changed:
+ * what remains) of rows X (m x nf): level by level, each level's best
+ * splits found in one pass over every feature's presorted rows; 80% of the
+ * rows (a fixed pseudo-random draw) per tree, leaves shrunk by a ridge and
+ * the learning rate. Deterministic. Returns 0 or -1 (out of memory). */
+static int fit_gbt(reg *r, const double *X, int m, int nf, double *res, int nt) {
+  r->nt = 0;
+  r->ntf = nf;
+  if (nt <= 0 || m < 4 * TREE_MIN_LEAF)
+    return 0;
+  int *order = malloc((size_t)m * nf * sizeof *order), *node = malloc((size_t)m * sizeof *node);
+  keyed *kv = malloc((size_t)m * sizeof *kv);
+  r->tr = calloc((size_t)nt, sizeof *r->tr);
+  if (!order || !node || !kv || !r->tr) {
+    free(order), free(node), free(kv), free(r->tr);
+    r->tr = NULL;
+    return -1;
+  }
+  for (int j = 0; j < nf; j++) {
+    for (int i = 0; i < m; i++)
+      kv[i] = (keyed){X[(size_t)i * nf + j], i};
+    qsort(kv, (size_t)m, sizeof *kv, cmp_keyed);
+    for (int i = 0; i < m; i++)
+      order[(size_t)j * m + i] = kv[i].i;
+  }
+  free(kv);
+  unsigned long long rng = 0x2545F4914F6CDD1DULL;
+  for (int t = 0; t < nt; t++) {
+    gtree *g = &r->tr[t];
+    for (int i = 0; i < m; i++) {
+      rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+      node[i] = (double)(rng >> 11) / 9007199254740992.0 < TREE_SUBSAMPLE ? 0 : -1;
+    }
+    for (int d = 0; d < TREE_DEPTH; d++) {
+      const int first = (1 << d) - 1, cnt = 1 << d;
+      double S[TREE_LEAVES] = {0}, best[TREE_LEAVES];
+      int N[TREE_LEAVES] = {0};
+      for (int i = 0; i < m; i++)
+        if (node[i] >= 0)
+          S[node[i] - first] += res[i], N[node[i] - first]++;
+      for (int k = 0; k < cnt; k++) {
+        best[k] = 1e-12;
+        g->f[first + k] = 0;
+        g->thr[first + k] = INFINITY;
+      }
+      for (int j = 0; j < nf; j++) {
+        const int *o = order + (size_t)j * m;
+        double SL[TREE_LEAVES] = {0}, last[TREE_LEAVES];
+        for (int k = 0; k < TREE_LEAVES; k++)
+          last[k] = -INFINITY;
+        int NL[TREE_LEAVES] = {0};
+        for (int i = 0; i < m; i++) {
+          const int row = o[i];
+          if (node[row] < 0)
+            continue;
+          const int k = node[row] - first;
+          const double v = X[(size_t)row * nf + j];
+          if (NL[k] >= TREE_MIN_LEAF && N[k] - NL[k] >= TREE_MIN_LEAF && v > last[k]) {
+            const double sr = S[k] - SL[k];
+            const double gain =
+                SL[k] * SL[k] / NL[k] + sr * sr / (N[k] - NL[k]) - S[k] * S[k] / N[k];
+            if (gain > best[k]) {
+              best[k] = gain;
+              g->f[first + k] = (unsigned char)j;
+              g->thr[first + k] = (float)(0.5 * (last[k] + v));
+              /* float rounding must not move a row across the threshold */
+              if (!((double)g->thr[first + k] >= last[k] && (double)g->thr[first + k] < v))
+                g->thr[first + k] = (float)last[k];
+            }
+          }
+          SL[k] += res[row], NL[k]++, last[k] = v;
+        }
+      }
+      for (int i = 0; i < m; i++)
+        if (node[i] >= 0) {
+          const int k = node[i];
+          node[i] = 2 * k + 1 + (X[(size_t)i * nf + g->f[k]] > g->thr[k]);
+        }
+    }
+    double LS[TREE_LEAVES] = {0};
+    int LN[TREE_LEAVES] = {0};
+    for (int i = 0; i < m; i++)
+      if (node[i] >= 0)
+        LS[node[i] - TREE_INNER] += res[i], LN[node[i] - TREE_INNER]++;
+    for (int k = 0; k < TREE_LEAVES; k++)
+      g->leaf[k] = (float)(TREE_SHRINK * LS[k] / (LN[k] + TREE_LEAF_RIDGE));
+    r->nt = t + 1;
+    for (int i = 0; i < m; i++) {
+      int nd = 0;
+      for (int d = 0; d < TREE_DEPTH; d++)
+        nd = 2 * nd + 1 + (X[(size_t)i * nf + g->f[nd]] > g->thr[nd]);
+      res[i] -= g->leaf[nd - TREE_INNER];
+    }
+  }
+  free(order), free(node);
+  return 0;
 }
 
 static double reg_eval(const reg *r, const double *x) {
@@ -222,27 +456,78 @@ static double elem_like(const bt_predictor *p, bt_shape s, int batch, bt_pass pa
   return scale * host_time(p, &r, batch, pass);
 }
 
+/* The share of a layer's host time spent in BLIS GEMMs (what changes with
+ * the BLIS kernel set or thread count; the direct, thin and depthwise
+ * kernels do not): dense layers and lowered convolutions (1x1 GEMM or
+ * im2col) are GEMMs; a backward pass is half weight gradient (the forward's
+ * path) and half input gradient. Residual blocks: host_time_g. */
+static double gemm_share(const bt_layer *l, int batch, bt_pass pass) {
+  if (l->kind == BT_DENSE)
+    return 1.0;
+  if (l->kind != BT_CONV2D)
+    return 0.0;
+  const int pf = conv_path(l, batch, 0), lf = pf == 0 || pf == 3;
+  if (pass == BT_PASS_FWD)
+    return lf;
+  const int pb = conv_path(l, batch, 1);
+  return 0.5 * (lf + (pb == 0 || pb == 3));
+}
+
+static double host_time_g(const bt_predictor *p, const bt_layer *l, int batch, bt_pass pass,
+                          double *gemm_seconds);
+
 static double host_time(const bt_predictor *p, const bt_layer *l, int batch, bt_pass pass) {
+  return host_time_g(p, l, batch, pass, NULL);
+}
+
+/* Predicted host seconds and (gemm_seconds, optional) the part of them in
+ * GEMMs. */
+static double host_time_g(const bt_predictor *p, const bt_layer *l, int batch, bt_pass pass,
+                          double *gemm_seconds) {
   if (l->kind == BT_RESIDUAL) {
-    double t = 0;
-    for (int j = 0; j < l->n_body + l->n_short; j++)
-      t += host_time(p, &l->sub[j], batch, pass);
+    double t = 0, tg = 0;
+    for (int j = 0; j < l->n_body + l->n_short; j++) {
+      double gj = 0;
+      t += host_time_g(p, &l->sub[j], batch, pass, &gj);
+      tg += gj;
+    }
     t += elem_like(p, pass == BT_PASS_FWD ? l->out : l->in, batch, pass, 1.5);
     if (l->post_relu)
       t += elem_like(p, l->out, batch, pass, 1.0);
-    return clamp_time(t * p->resid_corr[pass]);
+    double c = p->resid_corr[pass];
+    const reg *rr = &p->hr[BT_RESIDUAL][pass];
+    if (rr->nt > 0) {
+      double xt[MAXT];
+      tree_features(l, batch, pass, xt);
+      c *= exp(fmax(-2.0, fmin(2.0, gbt_eval(rr, xt))));
+    }
+    if (gemm_seconds)
+      *gemm_seconds = tg * c;
+    return clamp_time(t * c);
   }
   const int g = group_of(l->kind);
   const reg *r = &p->hr[g][pass];
-  if (!r->fitted)
-    return clamp_time(bt_device_layer_analytic(&p->host, l, batch, pass, 0).total);
+  if (!r->fitted) {
+    const double h = clamp_time(bt_device_layer_analytic(&p->host, l, batch, pass, 0).total);
+    if (gemm_seconds)
+      *gemm_seconds = h * gemm_share(l, batch, pass);
+    return h;
+  }
   double x[MAXF];
   features(l, batch, pass, x);
   double ly = reg_eval(r, x) + knn_correction(r, x);
+  if (r->nt > 0) {
+    double xt[MAXT];
+    tree_features(l, batch, pass, xt);
+    ly += gbt_eval(r, xt);
+  }
   /* Far outside the fitted layers a quadratic can run away: keep within
    * e^2 (7.4x) of the range of fitted times. */
   ly = ly < r->ylo - 2 ? r->ylo - 2 : ly > r->yhi + 2 ? r->yhi + 2 : ly;
-  return clamp_time(exp(ly));
+  const double h = clamp_time(exp(ly));
+  if (gemm_seconds)
+    *gemm_seconds = h * gemm_share(l, batch, pass);
+  return h;
 }
 
 double bt_predictor_host_time(const bt_predictor *p, const bt_layer *l, int batch, bt_pass pass) {
@@ -324,6 +609,7 @@ typedef struct fsample {
   int n_ops;
   bt_device_op ops[MAX_OPS];
   double h;         /* predicted host seconds */
+  double g;         /* share of h in BLIS GEMMs (gemm_share) */
   double t_host;    /* host-model busy seconds of all ops */
   double t_host_cb; /* of its compute-bound ops */
   double logy;      /* log measured seconds */
@@ -334,7 +620,10 @@ static void prep(const bt_predictor *p, const bt_layer *l, int batch, bt_pass pa
                  fsample *s) {
   int n = bt_device_layer_ops(l, batch, pass, s->ops, MAX_OPS);
   s->n_ops = n < MAX_OPS ? n : MAX_OPS;
-  s->h = h > 0 ? h : host_time(p, l, batch, pass);
+  double gs = 0;
+  const double hp = host_time_g(p, l, batch, pass, &gs);
+  s->h = h > 0 ? h : hp;
+  s->g = hp > 0 ? fmin(1.0, gs / hp) : 0.0;
   s->t_host = s->t_host_cb = 0;
   for (int k = 0; k < s->n_ops; k++) {
     double b = bt_device_op_busy(&p->host, &s->ops[k], 0);
@@ -352,13 +641,16 @@ static double head_time(const bt_predictor *p, const bt_device *d, const double 
                         const fsample *s) {
   if (p->opt.linear_head)
     return clamp_time(s->h * exp(th[1]));
+  /* th[9]: the GEMM part of the host time runs exp(th[9]) times slower (a
+   * real CPU with other BLIS kernels or threads; ~0 for emulated devices). */
+  const double h = s->raw ? s->h * (1 - s->g + s->g * exp(th[9])) : s->h;
   double td = 0;
   for (int k = 0; k < s->n_ops; k++)
     td += bt_device_op_busy(d, &s->ops[k], 0);
   const double ovh = s->n_ops * d->op_overhead_us * 1e-6;
-  if (!(s->t_host > 0) || !(s->h > 0) || (!s->raw && s->t_host_cb < 0.5 * s->t_host))
+  if (!(s->t_host > 0) || !(h > 0) || (!s->raw && s->t_host_cb < 0.5 * s->t_host))
     return clamp_time(ovh + td);
-  return clamp_time(ovh + s->h * td / s->t_host);
+  return clamp_time(ovh + h * td / s->t_host);
 }
 
 /* Sum of squared standardised residuals + prior term. */
@@ -398,7 +690,8 @@ static int invert_spd(const double *in, double *out) {
 /* MAP by Levenberg-Marquardt from th (in/out); posterior covariance into cov. */
 static void map_fit(const bt_predictor *p, const fsample *s, int n, const double *mu,
                     const double *prec, double *th, double *cov, int iters) {
-  double *res = malloc((size_t)(n + 1) * sizeof *res), *res2 = malloc((size_t)(n + 1) * sizeof *res2);
+  double *res = malloc((size_t)(n + 1) * sizeof *res),
+         *res2 = malloc((size_t)(n + 1) * sizeof *res2);
   double *J = malloc((size_t)(n + 1) * NP * sizeof *J);
   const int active = p->opt.linear_head ? 0 : 1;
   double lambda = 1e-2;
@@ -507,7 +800,7 @@ static void full_fit(const bt_predictor *p, const fsample *s, int n, const doubl
 
 /* A vague prior for fitting seen devices on their own data. */
 static void vague_prior(double *mu, double *prec) {
-  static const double m[NP] = {1.6, 0, 0, 0, 0, 0, 0, 0, 0};
+  static const double m[NP] = {1.6, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   memcpy(mu, m, sizeof m);
   memset(prec, 0, NP * NP * sizeof *prec);
   for (int a = 0; a < NP; a++)
@@ -582,8 +875,9 @@ int bt_predictor_fit(const bt_profile *sets, const char *const *names, int n_set
   const int n = sets[0].n;
   double *hf = malloc((size_t)n * sizeof *hf), *hb = malloc((size_t)n * sizeof *hb);
   double *X = malloc((size_t)n * MAXF * sizeof *X), *y = malloc((size_t)n * sizeof *y);
-  if (!from || !tmp || !hf || !hb || !X || !y) {
-    free(from), free(tmp), free(hf), free(hb), free(X), free(y), free(p);
+  double *Xt = malloc((size_t)n * MAXT * sizeof *Xt), *res = malloc((size_t)n * sizeof *res);
+  if (!from || !tmp || !hf || !hb || !X || !y || !Xt || !res) {
+    free(from), free(tmp), free(hf), free(hb), free(X), free(y), free(Xt), free(res), free(p);
     return bt_err_set(err, "out of memory");
   }
   for (int k = 0; k < n_sets; k++)
@@ -597,7 +891,7 @@ int bt_predictor_fit(const bt_profile *sets, const char *const *names, int n_set
     tmp[j] = sets[from[j]].host.mem_gbs;
   p->hostr.mem_gbs = median_of(tmp, nb);
   if (bt_host_as_device(&p->hostr, &p->host, err) < 0) {
-    free(from), free(tmp), free(hf), free(hb), free(X), free(y), free(p);
+    free(from), free(tmp), free(hf), free(hb), free(X), free(y), free(Xt), free(res), free(p);
     return -1;
   }
   for (int i = 0; i < n; i++) {
@@ -611,17 +905,26 @@ int bt_predictor_fit(const bt_profile *sets, const char *const *names, int n_set
   p->resid_corr[0] = p->resid_corr[1] = 1;
   for (int pass = 0; pass < 2; pass++) {
     for (int g = 0; g < N_GROUPS; g++) {
-      int m = 0, nf = 0;
+      int m = 0, nf = 0, ntf = 0;
       for (int i = 0; i < n; i++) {
         const bt_layer *l = &sets[0].e[i].layer;
         if ((use_row && !use_row[i]) || group_of(l->kind) != g)
           continue;
         nf = features(l, sets[0].e[i].batch, pass, X + (size_t)m * MAXF);
+        ntf = tree_features(l, sets[0].e[i].batch, pass, Xt + (size_t)m * MAXT);
         y[m++] = log(pass ? hb[i] : hf[i]);
       }
+      if (nf >= MAXF || ntf > MAXT) { /* a feature list outgrew its arrays */
+        free(from), free(tmp), free(hf), free(hb), free(X), free(y), free(Xt), free(res);
+        bt_predictor_free(p);
+        return bt_err_set(err, "predictor: %d regression / %d tree features exceed %d / %d", nf,
+                          ntf, MAXF - 1, MAXT);
+      }
       /* features() writes rows MAXF apart; compact them. */
-      for (int i = 0; i < m; i++)
+      for (int i = 0; i < m; i++) {
         memmove(X + (size_t)i * nf, X + (size_t)i * MAXF, (size_t)nf * sizeof *X);
+        memmove(Xt + (size_t)i * ntf, Xt + (size_t)i * MAXT, (size_t)ntf * sizeof *Xt);
+      }
       reg *r = &p->hr[g][pass];
       fit_reg(r, X, y, m, nf, p->opt.ridge);
       if (r->fitted && m > 0 && p->opt.residual_memory) {
@@ -636,6 +939,15 @@ int bt_predictor_fit(const bt_profile *sets, const char *const *names, int n_set
           r->nk = m;
         }
       }
+      if (r->fitted && p->opt.trees > 0) {
+        for (int i = 0; i < m; i++)
+          res[i] = y[i] - reg_eval(r, X + (size_t)i * nf) - knn_correction(r, X + (size_t)i * nf);
+        if (fit_gbt(r, Xt, m, ntf, res, p->opt.trees) < 0) {
+          free(from), free(tmp), free(hf), free(hb), free(X), free(y), free(Xt), free(res);
+          bt_predictor_free(p);
+          return bt_err_set(err, "out of memory fitting the boosted trees");
+        }
+      }
     }
     /* Residual blocks: one composition factor per pass (geometric mean). */
     double s = 0;
@@ -648,8 +960,27 @@ int bt_predictor_fit(const bt_profile *sets, const char *const *names, int n_set
       m++;
     }
     p->resid_corr[pass] = m ? exp(s / m) : 1;
+    /* Then boosted trees on what the composition still misses (the slot of
+     * residual blocks has no regression of its own). */
+    reg *rr = &p->hr[BT_RESIDUAL][pass];
+    int ntf = 0;
+    m = 0;
+    for (int i = 0; i < n && p->opt.trees > 0; i++) {
+      const bt_layer *l = &sets[0].e[i].layer;
+      if ((use_row && !use_row[i]) || l->kind != BT_RESIDUAL)
+        continue;
+      ntf = tree_features(l, sets[0].e[i].batch, pass, Xt + (size_t)m * MAXT);
+      res[m++] = log(pass ? hb[i] : hf[i]) - log(host_time(p, l, sets[0].e[i].batch, pass));
+    }
+    for (int i = 0; i < m; i++)
+      memmove(Xt + (size_t)i * ntf, Xt + (size_t)i * MAXT, (size_t)ntf * sizeof *Xt);
+    if (m > 0 && fit_gbt(rr, Xt, m, ntf, res, p->opt.trees) < 0) {
+      free(from), free(tmp), free(hf), free(hb), free(X), free(y), free(Xt), free(res);
+      bt_predictor_free(p);
+      return bt_err_set(err, "out of memory fitting the boosted trees");
+    }
   }
-  free(from), free(tmp), free(hf), free(hb), free(X), free(y);
+  free(from), free(tmp), free(hf), free(hb), free(X), free(y), free(Xt), free(res);
   p->n_dev = n_sets;
   for (int k = 0; k < n_sets; k++)
     snprintf(p->dev[k].name, sizeof p->dev[k].name, "%s", names ? names[k] : sets[k].device);
@@ -709,7 +1040,7 @@ static int fit_heads_and_prior(bt_predictor *p, const bt_profile *sets, int n_se
       p->cov[a * NP + b] = n_sets > 1 ? c / (n_sets - 1) : 0;
     }
   for (int a = 0; a < NP; a++)
-    p->cov[a * NP + a] = 1.2 * p->cov[a * NP + a] + 0.25;
+    p->cov[a * NP + a] = 1.2 * p->cov[a * NP + a] + 0.1;
   /* Raw heads (real hardware) start from the raw heads seen, if any: a real
    * CPU is closer to the host than to the emulated boards. */
   int n_raw = 0;
@@ -730,7 +1061,7 @@ void bt_predictor_free(bt_predictor *p) {
     return;
   for (int g = 0; g < N_GROUPS; g++)
     for (int pass = 0; pass < 2; pass++)
-      free(p->hr[g][pass].kx), free(p->hr[g][pass].kr);
+      free(p->hr[g][pass].kx), free(p->hr[g][pass].kr), free(p->hr[g][pass].tr);
   free(p);
 }
 
@@ -814,7 +1145,7 @@ int bt_predictor_adapt(bt_predictor *p, const char *device, const bt_pred_sample
     free(s);
     return bt_err_set(err, "predictor: out of memory or singular prior");
   }
-  map_fit(p, s, n, mu, prec, h->th, h->P, 30);
+  map_fit(p, s, n, mu, prec, h->th, h->P, 100);
   free(s);
   return k;
 }
@@ -839,8 +1170,8 @@ int bt_predictor_clone_device(bt_predictor *p, const char *from, const char *to,
   return k;
 }
 
-int bt_predictor_update(bt_predictor *p, const char *device, const bt_pred_sample *measured,
-                        int n, bt_err *err) {
+int bt_predictor_update(bt_predictor *p, const char *device, const bt_pred_sample *measured, int n,
+                        bt_err *err) {
   gsl_set_error_handler_off();
   if (check_samples(measured, n, err) < 0)
     return -1;
@@ -867,7 +1198,7 @@ int bt_predictor_update(bt_predictor *p, const char *device, const bt_pred_sampl
   if (!s)
     return bt_err_set(err, "predictor: out of memory");
   memcpy(mu, h->th, sizeof mu);
-  map_fit(p, s, n, mu, prec, h->th, h->P, 5);
+  map_fit(p, s, n, mu, prec, h->th, h->P, 20);
   h->n_obs += n;
   free(s);
   return 0;
@@ -935,8 +1266,8 @@ int bt_predictor_save(const bt_predictor *p, const char *path, bt_err *err) {
   if (!f)
     return bt_err_set(err, "%s: cannot write the predictor file", path);
   fprintf(f, "%s %d\n", BT_PREDICTOR_FORMAT, BT_PREDICTOR_VERSION);
-  fprintf(f, "options %.17g %.17g %.17g %.17g %d\n", p->opt.sigma, p->opt.forget, p->opt.process,
-          p->opt.ridge, p->opt.linear_head);
+  fprintf(f, "options %.17g %.17g %.17g %.17g %d %d\n", p->opt.sigma, p->opt.forget, p->opt.process,
+          p->opt.ridge, p->opt.linear_head, p->opt.trees);
   fprintf(f, "host %.17g %.17g\n", p->hostr.sgemm_gflops, p->hostr.mem_gbs);
   put_vec(f, "resid", p->resid_corr, 2);
   for (int g = 0; g < N_GROUPS; g++)
@@ -951,6 +1282,15 @@ int bt_predictor_save(const bt_predictor *p, const char *path, bt_err *err) {
         for (int j = 0; j < r->nf; j++)
           fprintf(f, " %.6g", (double)r->kx[(size_t)i * r->nf + j]);
         fprintf(f, " %.6g\n", (double)r->kr[i]);
+      }
+      fprintf(f, " trees %d %d\n", r->nt, r->ntf);
+      for (int t = 0; t < r->nt; t++) {
+        const gtree *tg = &r->tr[t];
+        for (int j = 0; j < TREE_INNER; j++)
+          fprintf(f, " %d %.9g", tg->f[j], (double)tg->thr[j]);
+        for (int j = 0; j < TREE_LEAVES; j++)
+          fprintf(f, " %.6g", (double)tg->leaf[j]);
+        fprintf(f, "\n");
       }
     }
   put_vec(f, "prior_mu", p->mu, NP);
@@ -982,15 +1322,14 @@ int bt_predictor_load(const char *path, bt_predictor **out, bt_err *err) {
   *out = NULL;
   FILE *f = fopen(path, "r");
   if (!f)
-    return bt_err_set(err, "%s: no such predictor file (fit one with 'baton predictor fit')",
-                      path);
+    return bt_err_set(err, "%s: no such predictor file (fit one with 'baton predictor fit')", path);
   bt_predictor *p = calloc(1, sizeof *p);
   char fmt[32] = "";
   int ver = 0, ok = p != NULL;
   ok = ok && fscanf(f, " %31s %d", fmt, &ver) == 2 && strcmp(fmt, BT_PREDICTOR_FORMAT) == 0 &&
        ver == BT_PREDICTOR_VERSION;
-  ok = ok && fscanf(f, " options %lf %lf %lf %lf %d", &p->opt.sigma, &p->opt.forget,
-                    &p->opt.process, &p->opt.ridge, &p->opt.linear_head) == 5;
+  ok = ok && fscanf(f, " options %lf %lf %lf %lf %d %d", &p->opt.sigma, &p->opt.forget,
+                    &p->opt.process, &p->opt.ridge, &p->opt.linear_head, &p->opt.trees) == 6;
   ok = ok && p->opt.sigma > 0 && p->opt.forget > 0 && p->opt.forget <= 1 && p->opt.process >= 0;
   ok = ok && fscanf(f, " host %lf %lf", &p->hostr.sgemm_gflops, &p->hostr.mem_gbs) == 2;
   ok = ok && bt_host_as_device(&p->hostr, &p->host, err) == 0;
@@ -1000,8 +1339,8 @@ int bt_predictor_load(const char *path, bt_predictor **out, bt_err *err) {
     int g, pass, nf, fitted;
     double ylo = 0, yhi = 0;
     ok = fscanf(f, " reg %d %d %d %d %lf %lf", &g, &pass, &nf, &fitted, &ylo, &yhi) == 6 &&
-         g >= 0 && g < N_GROUPS && isfinite(ylo) && isfinite(yhi) &&
-         pass >= 0 && pass < 2 && nf >= 0 && nf < MAXF;
+         g >= 0 && g < N_GROUPS && isfinite(ylo) && isfinite(yhi) && pass >= 0 && pass < 2 &&
+         nf >= 0 && nf < MAXF;
     if (!ok)
       break;
     reg *r = &p->hr[g][pass];
@@ -1026,8 +1365,29 @@ int bt_predictor_load(const char *path, bt_predictor **out, bt_err *err) {
       }
       r->nk = ok ? nk : 0;
     }
+    int nt = -1, ntf = -1;
+    ok = ok && fscanf(f, " trees %d %d", &nt, &ntf) == 2 && nt >= 0 && nt <= 100000 && ntf >= 0 &&
+         ntf <= MAXT;
+    if (ok && nt > 0) {
+      r->tr = calloc((size_t)nt, sizeof *r->tr);
+      ok = r->tr != NULL;
+      for (int t = 0; ok && t < nt; t++) {
+        gtree *tg = &r->tr[t];
+        for (int j = 0; ok && j < TREE_INNER; j++) {
+          int fj = -1;
+          ok = fscanf(f, " %d %f", &fj, &tg->thr[j]) == 2 && fj >= 0 && fj < ntf &&
+               !isnan(tg->thr[j]);
+          tg->f[j] = (unsigned char)(ok ? fj : 0);
+        }
+        for (int j = 0; ok && j < TREE_LEAVES; j++)
+          ok = fscanf(f, " %f", &tg->leaf[j]) == 1 && isfinite(tg->leaf[j]);
+      }
+      r->nt = ok ? nt : 0;
+      r->ntf = ntf;
+    }
   }
-  ok = ok && get_vec(f, "prior_mu", p->mu, NP) == 0 && get_vec(f, "prior_cov", p->cov, NP * NP) == 0 &&
+  ok = ok && get_vec(f, "prior_mu", p->mu, NP) == 0 &&
+       get_vec(f, "prior_cov", p->cov, NP * NP) == 0 &&
        get_vec(f, "prior_mu_raw", p->mu_raw, NP) == 0;
   ok = ok && fscanf(f, " devices %d", &p->n_dev) == 1 && p->n_dev >= 0 &&
        p->n_dev <= BT_PRED_DEVICES_MAX;
@@ -1038,8 +1398,10 @@ int bt_predictor_load(const char *path, bt_predictor **out, bt_err *err) {
   fclose(f);
   if (!ok) {
     bt_predictor_free(p);
-    return bt_err_set(err, "%s: not a valid baton predictor file (corrupt, truncated or another "
-                           "version); refit it with 'baton predictor fit'", path);
+    return bt_err_set(err,
+                      "%s: not a valid baton predictor file (corrupt, truncated or another "
+                      "version); refit it with 'baton predictor fit'",
+                      path);
   }
   *out = p;
   return 0;

@@ -512,25 +512,77 @@ int bt_profile_measure(bt_profile *p, const bt_device *dev, const bt_device *hos
                        int wall, bt_profile_progress progress, void *ctx, bt_err *err) {
   if (repeats < 1)
     return bt_err_set(err, "repeats must be >= 1 (got %d)", repeats);
+  if (p->passes < 1)
+    p->passes = 1;
+  if (p->passes > 100)
+    return bt_err_set(err, "passes must be in 1..100 (got %d)", p->passes);
   p->repeats = repeats;
   snprintf(p->clock, sizeof p->clock, "%s", wall ? "wall" : "thread");
   snprintf(p->device, sizeof p->device, "%s", dev ? dev->name : "host");
-  for (int i = 0; i < p->n; i++) {
+  /* Passes over the whole corpus, minimum per layer over the passes: the load
+   * of a shared host comes in bursts that slow down runs of consecutive
+   * layers (within one pass neighbouring rows' errors correlate), and a
+   * later pass finds most of those layers in a quiet moment. */
+  const int n = p->n, P = p->passes;
+  double *best = malloc((size_t)(4 * n + 1) * sizeof *best);
+  if (!best)
+    return bt_err_set(err, "out of memory");
+  double *bf = best, *bb = best + n, *sf = best + 2 * n, *sb = best + 3 * n;
+  for (int i = 0; i < 4 * n; i++)
+    best[i] = INFINITY;
+  /* The host rates behind the mapping are kept the same way: measured again
+   * before every later pass, the best figures kept (a load burst during the
+   * one measurement at the start otherwise skews every mapped time). */
+  bt_device host_best = *host;
+  bt_err e0;
+  if (P > 1 && bt_host_as_device(&p->host, &host_best, &e0) < 0)
+    host_best = *host;
+  for (int pass = 0; pass < P; pass++) {
+    if (pass > 0) {
+      bt_host_rates r;
+      bt_profile_host_rates(&r, wall);
+      if (r.sgemm_gflops > p->host.sgemm_gflops || r.mem_gbs > p->host.mem_gbs) {
+        bt_host_rates m = p->host;
+        m.sgemm_gflops = fmax(m.sgemm_gflops, r.sgemm_gflops);
+        m.mem_gbs = fmax(m.mem_gbs, r.mem_gbs);
+        bt_err e2;
+        if (bt_host_as_device(&m, &host_best, &e2) == 0)
+          p->host = m;
+      }
+    }
+    for (int i = 0; i < n; i++) {
+      bt_profile_entry *e = &p->e[i];
+      if (time_layer(e, repeats, wall, err) < 0) {
+        free(best);
+        return -1;
+      }
+      sf[i] = fmin(sf[i], fmax(bf[i], e->host_fwd));
+      bf[i] = fmin(bf[i], e->host_fwd);
+      sb[i] = fmin(sb[i], fmax(bb[i], e->host_bwd));
+      bb[i] = fmin(bb[i], e->host_bwd);
+      if (progress)
+        progress(ctx, pass * n + i + 1, P * n);
+    }
+  }
+  for (int i = 0; i < n; i++) {
     bt_profile_entry *e = &p->e[i];
-    if (time_layer(e, repeats, wall, err) < 0)
-      return -1;
+    e->host_fwd = bf[i], e->host_bwd = bb[i];
+    /* Several passes: the spread is that of the two best passes. */
+    if (P > 1)
+      e->spread = fmax((sf[i] - bf[i]) / bf[i], (sb[i] - bb[i]) / bb[i]);
     if (dev) {
       e->fwd =
-          bt_device_layer_mapped(dev, host, &e->layer, e->batch, BT_PASS_FWD, e->host_fwd, 0).total;
+          bt_device_layer_mapped(dev, &host_best, &e->layer, e->batch, BT_PASS_FWD, e->host_fwd, 0)
+              .total;
       e->bwd =
-          bt_device_layer_mapped(dev, host, &e->layer, e->batch, BT_PASS_BWD, e->host_bwd, 0).total;
+          bt_device_layer_mapped(dev, &host_best, &e->layer, e->batch, BT_PASS_BWD, e->host_bwd, 0)
+              .total;
     } else {
       e->fwd = e->host_fwd;
       e->bwd = e->host_bwd;
     }
-    if (progress)
-      progress(ctx, i + 1, p->n);
   }
+  free(best);
   return 0;
 }
 
@@ -586,7 +638,8 @@ int bt_profile_write(const bt_profile *p, const char *path, bt_err *err) {
   int32_t *bi = malloc((n + 1) * sizeof(int32_t));
   const char **specs = malloc((n + 1) * sizeof(char *)), **srcs = malloc((n + 1) * sizeof(char *));
   herr_t rc = v && bi && specs && srcs ? 0 : -1;
-  const int32_t ver = BT_PROFILE_VERSION, thr = p->threads, rep = p->repeats;
+  const int32_t ver = BT_PROFILE_VERSION, thr = p->threads, rep = p->repeats,
+                pas = p->passes > 0 ? p->passes : 1;
   const uint64_t seed = p->seed;
   rc |= attr_str(f, "format", BT_PROFILE_FORMAT);
   rc |= attr_num(f, "version", H5T_STD_I32LE, H5T_NATIVE_INT32, &ver);
@@ -595,6 +648,7 @@ int bt_profile_write(const bt_profile *p, const char *path, bt_err *err) {
   rc |= attr_num(f, "threads", H5T_STD_I32LE, H5T_NATIVE_INT32, &thr);
   rc |= attr_str(f, "clock", p->clock);
   rc |= attr_num(f, "repeats", H5T_STD_I32LE, H5T_NATIVE_INT32, &rep);
+  rc |= attr_num(f, "passes", H5T_STD_I32LE, H5T_NATIVE_INT32, &pas);
   rc |= attr_num(f, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &seed);
   rc |= attr_num(f, "host_sgemm_gflops", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &p->host.sgemm_gflops);
   rc |= attr_num(f, "host_mem_gbs", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &p->host.mem_gbs);
@@ -693,7 +747,7 @@ int bt_profile_read(const char *path, bt_profile *p, bt_err *err) {
                       path);
   }
   char fmt[64] = "";
-  int32_t ver = 0, thr = 1, rep = 0;
+  int32_t ver = 0, thr = 1, rep = 0, pas = 1;
   int rc = 0;
   if (read_attr_str(f, "format", fmt, sizeof fmt) < 0 || strcmp(fmt, BT_PROFILE_FORMAT) != 0)
     rc = bt_err_set(err, "%s: not a baton profiling set (format attribute '%s', expected '%s')",
@@ -716,9 +770,11 @@ int bt_profile_read(const char *path, bt_profile *p, bt_err *err) {
     read_attr_str(f, "clock", p->clock, sizeof p->clock);
     read_attr(f, "threads", H5T_NATIVE_INT32, &thr);
     read_attr(f, "repeats", H5T_NATIVE_INT32, &rep);
+    read_attr(f, "passes", H5T_NATIVE_INT32, &pas); /* optional: sets before it had 1 */
     read_attr(f, "seed", H5T_NATIVE_UINT64, &p->seed);
     p->threads = thr;
     p->repeats = rep;
+    p->passes = pas >= 1 ? pas : 1;
   }
   long n = -1;
   char **specs = NULL, **srcs = NULL;

@@ -43,18 +43,18 @@ static void synth(bt_profile *p, const char *dev, int n_random) {
   snprintf(p->device, sizeof p->device, "%s", dev ? dev : "host");
   for (int i = 0; i < p->n; i++) {
     bt_profile_entry *e = &p->e[i];
-    e->host_fwd = bt_device_layer_analytic(&host, &e->layer, e->batch, BT_PASS_FWD, 0).total *
-                  scatter(i, 0);
-    e->host_bwd = bt_device_layer_analytic(&host, &e->layer, e->batch, BT_PASS_BWD, 0).total *
-                  scatter(i, 1);
-    e->fwd = dev ? bt_device_layer_mapped(&d, &host, &e->layer, e->batch, BT_PASS_FWD, e->host_fwd,
-                                          0)
-                       .total
-                 : e->host_fwd;
-    e->bwd = dev ? bt_device_layer_mapped(&d, &host, &e->layer, e->batch, BT_PASS_BWD, e->host_bwd,
-                                          0)
-                       .total
-                 : e->host_bwd;
+    e->host_fwd =
+        bt_device_layer_analytic(&host, &e->layer, e->batch, BT_PASS_FWD, 0).total * scatter(i, 0);
+    e->host_bwd =
+        bt_device_layer_analytic(&host, &e->layer, e->batch, BT_PASS_BWD, 0).total * scatter(i, 1);
+    e->fwd =
+        dev ? bt_device_layer_mapped(&d, &host, &e->layer, e->batch, BT_PASS_FWD, e->host_fwd, 0)
+                  .total
+            : e->host_fwd;
+    e->bwd =
+        dev ? bt_device_layer_mapped(&d, &host, &e->layer, e->batch, BT_PASS_BWD, e->host_bwd, 0)
+                  .total
+            : e->host_bwd;
   }
 }
 
@@ -202,8 +202,7 @@ Test(predictor, fits_seen_devices_and_the_head_is_the_device_model) {
   make_world(&w);
   bt_predictor *p;
   bt_err err = {{0}};
-  cr_assert_eq(bt_predictor_fit(w.s, w.names, N_DEVS + 1, NULL, NULL, &p, &err), 0, "%s",
-               err.msg);
+  cr_assert_eq(bt_predictor_fit(w.s, w.names, N_DEVS + 1, NULL, NULL, &p, &err), 0, "%s", err.msg);
   for (int k = 0; k <= N_DEVS; k++) {
     double share = within(p, k, &w.s[k], 0.10);
     cr_assert_geq(share, 0.9, "%s: %.1f%% within 10%%", w.names[k], 100 * share);
@@ -213,8 +212,8 @@ Test(predictor, fits_seen_devices_and_the_head_is_the_device_model) {
   int ok = 0, n = 0;
   const bt_profile *s = &w.s[0];
   for (int i = 0; i < s->n; i++, n++) {
-    double t = bt_predictor_map_dev(p, 0, &s->e[i].layer, s->e[i].batch, BT_PASS_FWD,
-                                    s->e[i].host_fwd);
+    double t =
+        bt_predictor_map_dev(p, 0, &s->e[i].layer, s->e[i].batch, BT_PASS_FWD, s->e[i].host_fwd);
     ok += fabs(t - s->e[i].fwd) <= 0.05 * s->e[i].fwd;
   }
   cr_assert_geq((double)ok / n, 0.95, "head vs device model: %d of %d within 5%%", ok, n);
@@ -266,8 +265,7 @@ Test(predictor, online_updates_follow_a_slowdown) {
   make_world(&w);
   bt_predictor *p;
   bt_err err = {{0}};
-  cr_assert_eq(bt_predictor_fit(w.s, w.names, N_DEVS + 1, NULL, NULL, &p, &err), 0, "%s",
-               err.msg);
+  cr_assert_eq(bt_predictor_fit(w.s, w.names, N_DEVS + 1, NULL, NULL, &p, &err), 0, "%s", err.msg);
   bt_device d, host;
   cr_assert_eq(bt_device_find("rpi4", DATA_DIR, &d, &err), 0);
   cr_assert_eq(bt_host_as_device(&w.s[2].host, &host, &err), 0);
@@ -282,12 +280,11 @@ Test(predictor, online_updates_follow_a_slowdown) {
   for (int i = 0; i < set->n && n < 1024; i++)
     if (set->e[i].batch == 8 && strcmp(set->e[i].source, "resnet18") == 0)
       for (int pass = 0; pass < 2; pass++)
-        s[n++] = (bt_pred_sample){&set->e[i].layer, 8, pass,
-                                  bt_device_layer_mapped(&d, &host, &set->e[i].layer, 8, pass,
-                                                         pass ? set->e[i].host_bwd
-                                                              : set->e[i].host_fwd,
-                                                         0)
-                                      .total};
+        s[n++] = (bt_pred_sample){
+            &set->e[i].layer, 8, pass,
+            bt_device_layer_mapped(&d, &host, &set->e[i].layer, 8, pass,
+                                   pass ? set->e[i].host_bwd : set->e[i].host_fwd, 0)
+                .total};
   cr_assert_gt(n, 10);
   /* One head per rank: a copy of the device's, followed on its own. */
   const int dev = bt_predictor_clone_device(p, "rpi4", "rank2:rpi4", &err);
@@ -329,6 +326,44 @@ Test(predictor, model_file_round_trip_and_bad_files) {
       cr_assert_leq(fabs(a - b), 1e-5 * a, "%g vs %g", a, b);
     }
   bt_predictor_free(q);
+  /* A tree that splits on a feature the regression does not have, and one
+   * whose leaf is not finite: refused, not read past. */
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f);
+  static char text[4 << 20];
+  const size_t len = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[len] = '\0';
+  char *trees = strstr(text, " trees ");
+  cr_assert_not_null(trees, "the model file has no trees");
+  int nt = 0, ntf = 0;
+  cr_assert_eq(sscanf(trees, " trees %d %d", &nt, &ntf), 2);
+  cr_assert_gt(nt, 0);
+  char *line = strchr(trees + 1, '\n') + 1; /* the first tree: "f thr" x 7, 8 leaves */
+  {
+    /* feature index out of range */
+    f = fopen(path, "w");
+    fprintf(f, "%.*s %d", (int)(line - text), text, ntf + 3);
+    const char *rest = line;
+    while (*rest == ' ')
+      rest++;
+    rest = strchr(rest, ' '); /* skip the first feature index */
+    fputs(rest, f);
+    fclose(f);
+    cr_assert_lt(bt_predictor_load(path, &q, &err), 0);
+    cr_assert(strstr(err.msg, "not a valid baton predictor file"), "%s", err.msg);
+    /* a NaN leaf: the last number of the first tree's line */
+    f = fopen(path, "w");
+    const char *eol = strchr(line, '\n');
+    const char *last = eol;
+    while (last > line && last[-1] != ' ')
+      last--;
+    fprintf(f, "%.*snan%s", (int)(last - text), text, eol);
+    fclose(f);
+    cr_assert_lt(bt_predictor_load(path, &q, &err), 0);
+    cr_assert(strstr(err.msg, "not a valid baton predictor file"), "%s", err.msg);
+  }
+  cr_assert_eq(bt_predictor_save(p, path, &err), 0, "%s", err.msg);
   cr_assert_eq(truncate(path, 300), 0);
   cr_assert_lt(bt_predictor_load(path, &q, &err), 0);
   cr_assert(strstr(err.msg, "not a valid baton predictor file"), "%s", err.msg);
@@ -364,6 +399,160 @@ Test(predictor, predictions_are_finite_and_non_negative) {
   cr_assert_eq(bt_predictor_predict_dev(p, 0, &tiny, 0, BT_PASS_FWD), 0.0);
   cr_assert_eq(bt_predictor_predict_dev(p, 99, &tiny, 1, BT_PASS_FWD), 0.0);
   cr_assert_eq(bt_predictor_predict(p, "no-such-device", &tiny, 1, BT_PASS_FWD), -1.0);
+  bt_predictor_free(p);
+  free_world(&w);
+}
+
+Test(predictor, profile_passes_keep_the_minimum_and_are_stored) {
+  bt_profile p, q;
+  memset(&p, 0, sizeof p);
+  bt_err err = {{0}};
+  cr_assert_eq(bt_profile_probe_set(&p, &err), 0);
+  bt_profile_host_rates(&p.host, 0);
+  bt_device host;
+  cr_assert_eq(bt_host_as_device(&p.host, &host, &err), 0, "%s", err.msg);
+  p.passes = 101;
+  cr_assert_lt(bt_profile_measure(&p, NULL, &host, 2, 0, NULL, NULL, &err), 0);
+  cr_assert(strstr(err.msg, "passes"), "%s", err.msg);
+  p.passes = 3;
+  cr_assert_eq(bt_profile_measure(&p, NULL, &host, 1, 0, NULL, NULL, &err), 0, "%s", err.msg);
+  for (int i = 0; i < p.n; i++) {
+    const bt_profile_entry *e = &p.e[i];
+    cr_assert(e->host_fwd > 0 && isfinite(e->host_fwd) && e->host_bwd > 0 && isfinite(e->host_bwd));
+    cr_assert_eq(e->fwd, e->host_fwd);
+    /* The spread of the two best passes: >= 0 (the best is the minimum). */
+    cr_assert(e->spread >= 0 && isfinite(e->spread), "row %d spread %g", i, e->spread);
+  }
+  char path[256];
+  tmp_path(path, sizeof path, "passes.h5");
+  cr_assert_eq(bt_profile_write(&p, path, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_profile_read(path, &q, &err), 0, "%s", err.msg);
+  cr_assert_eq(q.passes, 3);
+  cr_assert_eq(q.repeats, 1);
+  cr_assert_eq(q.e[0].host_fwd, p.e[0].host_fwd);
+  unlink(path);
+  bt_profile_free(&q);
+  /* On a device: the host rates are measured before every later pass and the
+   * best kept, and the mapping uses them. */
+  bt_device d;
+  cr_assert_eq(bt_device_find("rpi4", DATA_DIR, &d, &err), 0, "%s", err.msg);
+  const bt_host_rates r0 = p.host;
+  p.passes = 2;
+  cr_assert_eq(bt_profile_measure(&p, &d, &host, 1, 0, NULL, NULL, &err), 0, "%s", err.msg);
+  cr_assert_geq(p.host.sgemm_gflops, r0.sgemm_gflops);
+  cr_assert_geq(p.host.mem_gbs, r0.mem_gbs);
+  cr_assert_eq(bt_host_as_device(&p.host, &host, &err), 0, "%s", err.msg);
+  for (int i = 0; i < p.n; i++) {
+    const bt_profile_entry *e = &p.e[i];
+    const double f =
+        bt_device_layer_mapped(&d, &host, &e->layer, e->batch, BT_PASS_FWD, e->host_fwd, 0).total;
+    cr_assert_eq(e->fwd, f, "row %d: %g vs %g", i, e->fwd, f);
+  }
+  bt_profile_free(&p);
+}
+
+/* Host times of a synthetic set: a smooth power law of the FLOPs with a
+ * cliff no smooth regression has (3x3 convolutions on images of 14 pixels
+ * or more run 1.6x slower). */
+static void add_cliff(bt_profile *p) {
+  for (int i = 0; i < p->n; i++) {
+    bt_profile_entry *e = &p->e[i];
+    const double c =
+        e->layer.kind == BT_CONV2D && e->layer.kh == 3 && e->layer.in.h >= 14 ? 1.6 : 1.0;
+    const double ff = e->batch * bt_layer_flops_fwd(&e->layer) + 1e3;
+    const double fb = e->batch * bt_layer_flops_bwd(&e->layer) + 1e3;
+    e->host_fwd = e->fwd = c * (2e-6 + 1e-9 * pow(ff, 0.95)) * scatter(i, 0);
+    e->host_bwd = e->bwd = c * (3e-6 + 1e-9 * pow(fb, 0.95)) * scatter(i, 1);
+  }
+}
+
+Test(predictor, boosted_trees_learn_what_the_regressions_miss) {
+  bt_profile s;
+  synth(&s, NULL, 400);
+  add_cliff(&s);
+  /* Fit on even rows, score the host model on odd convolution rows. */
+  cr_assert(s.n > 100 && s.n < 2000, "%d rows", s.n);
+  unsigned char *use = calloc(2000, 1);
+  cr_assert_not_null(use);
+  for (int i = 0; i < s.n && i < 2000; i++)
+    use[i] = i % 2 == 0;
+  double share[2];
+  for (int t = 0; t < 2; t++) {
+    bt_predictor_options o;
+    bt_predictor_default_options(&o);
+    o.trees = t ? 150 : 0;
+    bt_predictor *p;
+    bt_err err = {{0}};
+    cr_assert_eq(bt_predictor_fit(&s, NULL, 1, use, &o, &p, &err), 0, "%s", err.msg);
+    int ok = 0, n = 0;
+    for (int i = 1; i < s.n; i += 2)
+      if (s.e[i].layer.kind == BT_CONV2D)
+        for (int pass = 0; pass < 2; pass++, n++) {
+          double h = bt_predictor_host_time(p, &s.e[i].layer, s.e[i].batch, pass);
+          double y = pass ? s.e[i].host_bwd : s.e[i].host_fwd;
+          cr_assert(isfinite(h) && h > 0);
+          ok += fabs(h - y) <= 0.10 * y;
+        }
+    share[t] = (double)ok / n;
+    bt_predictor_free(p);
+  }
+  cr_assert_geq(share[1], share[0] + 0.1,
+                "held-out convolutions within 10%%: trees %.1f%%, regressions alone %.1f%%",
+                100 * share[1], 100 * share[0]);
+  cr_assert_geq(share[1], 0.5, "trees: %.1f%% within 10%% (regressions %.1f%%)", 100 * share[1],
+                100 * share[0]);
+  free(use);
+  bt_profile_free(&s);
+}
+
+/* 1 if the forward of `l` runs through BLIS GEMMs (dense layers, and the
+ * convolutions layers.c lowers: 1x1, strided, or neither direct, at least 4
+ * input channels and whole vectors of outputs, nor thin, < 16 outputs). */
+static int is_gemm_layer(const bt_layer *l) {
+  if (l->kind == BT_DENSE)
+    return 1;
+  if (l->kind != BT_CONV2D || l->stride != 1 || (l->kh == 1 && l->kw == 1 && l->pad == 0))
+    return l->kind == BT_CONV2D;
+  return !((l->in.c >= 4 && l->out.c % 16 == 0) || l->out.c < 16);
+}
+
+Test(predictor, a_real_cpu_with_slower_gemms_is_learnt_from_ten_probes) {
+  world w;
+  make_world(&w);
+  bt_predictor *p;
+  bt_err err = {{0}};
+  cr_assert_eq(bt_predictor_fit(w.s, w.names, N_DEVS + 1, NULL, NULL, &p, &err), 0, "%s", err.msg);
+  /* The host with other BLIS kernels: every GEMM 3x slower, the direct
+   * convolutions and everything else as before. */
+  const bt_profile *h = &w.s[N_DEVS];
+  bt_pred_sample probes[20];
+  int np = 0;
+  for (int i = 0; i < h->n && np < 20; i++)
+    if (strcmp(h->e[i].source, "probe") == 0) {
+      const double f = is_gemm_layer(&h->e[i].layer) ? 3.0 : 1.0;
+      probes[np++] = (bt_pred_sample){&h->e[i].layer, h->e[i].batch, BT_PASS_FWD, f * h->e[i].fwd};
+      probes[np++] = (bt_pred_sample){&h->e[i].layer, h->e[i].batch, BT_PASS_BWD, f * h->e[i].bwd};
+    }
+  const int d = bt_predictor_adapt(p, "other-blis", NULL, 0, &err);
+  cr_assert_geq(d, 0, "%s", err.msg);
+  cr_assert_eq(bt_predictor_set_raw(p, d, 1), 0);
+  cr_assert_eq(bt_predictor_adapt(p, "other-blis", probes, np, &err), d, "%s", err.msg);
+  int ok[2] = {0}, n[2] = {0};
+  for (int i = 0; i < h->n; i++) {
+    const bt_layer *l = &h->e[i].layer;
+    if (l->kind != BT_CONV2D && l->kind != BT_DENSE)
+      continue;
+    const int g = is_gemm_layer(l);
+    const double f = g ? 3.0 : 1.0;
+    const double t = bt_predictor_predict_dev(p, d, l, h->e[i].batch, BT_PASS_FWD);
+    ok[g] += fabs(t - f * h->e[i].fwd) <= 0.10 * f * h->e[i].fwd;
+    n[g]++;
+  }
+  cr_assert_gt(n[0], 10);
+  cr_assert_gt(n[1], 10);
+  cr_assert_geq((double)ok[1] / n[1], 0.8, "GEMM layers: %d of %d within 10%%", ok[1], n[1]);
+  cr_assert_geq((double)ok[0] / n[0], 0.8, "direct convolutions: %d of %d within 10%%", ok[0],
+                n[0]);
   bt_predictor_free(p);
   free_world(&w);
 }

@@ -5,15 +5,19 @@
  * The model (docs/predictor.md gives the comparison behind the choice):
  *
  *  1. A shared representation: the host time h(layer, batch, pass) of our own
- *     kernels, predicted from the layer descriptor by per-kind ridge
- *     regressions in log space (GSL): GEMM dimensions (M, N, K) and their
- *     products for convolutions and dense layers, the direct-kernel flag,
- *     kernel, stride, elements and cache-level hinges for the memory-bound
- *     kinds. A residual block is the sum of its sub-layers plus the add.
- *  2. A per-device head of 9 parameters theta (log scale): per-op overhead, a
- *     slowdown against the host for each op class (conv, dwconv, dense,
+ *     kernels, predicted from the layer descriptor in log space by a ridge
+ *     regression (GSL) per kind group and pass -- GEMM dimensions (M, N, K)
+ *     and their products, the code path layers.c takes, the kernel taps the
+ *     direct kernels really run, register-block fill, weight bytes against
+ *     the caches for convolutions and dense layers; elements and cache-level
+ *     hinges for the memory-bound kinds -- plus boosted regression trees on
+ *     its residuals. A residual block is the sum of its sub-layers plus the
+ *     add, corrected by a factor and trees of its own.
+ *  2. A per-device head of 10 parameters theta (log scale): per-op overhead,
+ *     a slowdown against the host for each op class (conv, dwconv, dense,
  *     element-wise, pool/norm), the FLOPs at which the device is half used,
- *     the last-level cache size and its speed-up. The head turns h into
+ *     the last-level cache size and its speed-up, and (raw heads: real CPUs)
+ *     the slowdown of the GEMM share of the host time. The head turns h into
  *     device time with the device model's own form (device.h): overhead x ops
  *     + h x T_theta(layer) / T_host(layer), roofline and cache included.
  *
@@ -36,9 +40,9 @@
 #include "baton/profile.h"
 
 #define BT_PREDICTOR_FORMAT "baton-predictor"
-#define BT_PREDICTOR_VERSION 1
+#define BT_PREDICTOR_VERSION 2
 
-enum { BT_PRED_THETA = 9, BT_PRED_DEVICES_MAX = 64 };
+enum { BT_PRED_THETA = 10, BT_PRED_DEVICES_MAX = 64 };
 
 typedef struct bt_predictor bt_predictor;
 
@@ -51,14 +55,16 @@ typedef struct bt_pred_sample {
 } bt_pred_sample;
 
 typedef struct bt_predictor_options {
-  double sigma;   /* log-time noise of a sample (default 0.08) */
-  double forget;  /* online: covariance / forget per update round (default 0.9) */
-  double process; /* online: process noise (std of theta per round, default 0.15) */
-  double ridge;   /* host regressions: ridge on standardised features (default 0.3) */
-  int linear_head; /* 1: the comparison head (one time scale per device); 0: physics head */
+  double sigma;        /* log-time noise of a sample (default 0.08) */
+  double forget;       /* online: covariance / forget per update round (default 0.9) */
+  double process;      /* online: process noise (std of theta per round, default 0.15) */
+  double ridge;        /* host regressions: ridge on standardised features (default 0.3) */
+  int linear_head;     /* 1: the comparison head (one time scale per device); 0: physics head */
   int residual_memory; /* 1: add the nearest fitted layers' residuals to the host time
                         * (+2-3 points within 10%, but ~10x the prediction time and a
                         * 275 kB model file); default 0 */
+  int trees;           /* boosted regression trees (depth 3) on the host regressions'
+                        * log residuals, per kind group and pass (default 100; 0: none) */
 } bt_predictor_options;
 
 void bt_predictor_default_options(bt_predictor_options *o);
@@ -74,7 +80,8 @@ int bt_predictor_fit(const bt_profile *sets, const char *const *names, int n_set
                      bt_predictor **out, bt_err *err);
 void bt_predictor_free(bt_predictor *p);
 
-/* Model file (text, a few kB): save and load. Loading validates. */
+/* Model file (text, ~200 kB with the default 100 trees per regression): save
+ * and load. Loading validates. */
 int bt_predictor_save(const bt_predictor *p, const char *path, bt_err *err);
 int bt_predictor_load(const char *path, bt_predictor **out, bt_err *err);
 
@@ -102,8 +109,8 @@ int bt_predictor_clone_device(bt_predictor *p, const char *from, const char *to,
 
 /* One online round: the head of `device` follows the measured times (the
  * runtime calls it every K iterations with the layer times it measured). */
-int bt_predictor_update(bt_predictor *p, const char *device, const bt_pred_sample *measured,
-                        int n, bt_err *err);
+int bt_predictor_update(bt_predictor *p, const char *device, const bt_pred_sample *measured, int n,
+                        bt_err *err);
 
 /* Predicted seconds of one pass of `layer` on `batch` samples on device
  * `dev` (an index from bt_predictor_device or adapt). Finite and >= 0; 0 for
@@ -116,8 +123,8 @@ double bt_predictor_predict(const bt_predictor *p, const char *device, const bt_
 
 /* One layer on every device at once (out[bt_predictor_n_devices(p)]): the
  * shared part is computed once; what a partitioner calls. Returns the count. */
-int bt_predictor_predict_all(const bt_predictor *p, const bt_layer *layer, int batch,
-                             bt_pass pass, double *out);
+int bt_predictor_predict_all(const bt_predictor *p, const bt_layer *layer, int batch, bt_pass pass,
+                             double *out);
 
 /* The head alone: device seconds of a layer whose host time is known
  * (host_seconds > 0; otherwise the predicted one is used). */
@@ -125,7 +132,8 @@ double bt_predictor_map_dev(const bt_predictor *p, int dev, const bt_layer *laye
                             bt_pass pass, double host_seconds);
 
 /* The shared representation alone: predicted host seconds. */
-double bt_predictor_host_time(const bt_predictor *p, const bt_layer *layer, int batch, bt_pass pass);
+double bt_predictor_host_time(const bt_predictor *p, const bt_layer *layer, int batch,
+                              bt_pass pass);
 
 /* A head's parameters as a device profile (rates, overhead, half-use FLOPs,
  * cache): what the predictor believes the device is. */

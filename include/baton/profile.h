@@ -18,7 +18,8 @@
  *   conv2d@16x16x32:out=64,k=3x3,s=1,p=1
  *   residual@8x8x64:post=1{conv2d:out=64,k=3x3,s=1,p=1;batchnorm;relu|conv2d:out=64,k=1x1,s=1,p=0}
  * HDF5 layout (docs/predictor.md): root attributes format = "baton-profile",
- * version, device, blis_arch, threads, clock, repeats, seed, host_sgemm_gflops,
+ * version, device, blis_arch, threads, clock, repeats, passes (optional, 1 if
+ * absent), seed, host_sgemm_gflops,
  * host_mem_gbs; 1-D datasets of length n: spec, source (strings), batch
  * (int32), host_fwd, host_bwd, fwd, bwd, spread (float64, seconds). */
 #ifndef BATON_PROFILE_H
@@ -39,7 +40,7 @@ typedef struct bt_profile_entry {
   bt_layer layer; /* finalized; residual blocks own their sub-layers */
   int batch;
   char spec[BT_LAYER_SPEC_MAX];
-  char source[48];       /* "random" or the zoo model it comes from */
+  char source[48];           /* "random" or the zoo model it comes from */
   double host_fwd, host_bwd; /* host seconds (min of repeats) */
   double fwd, bwd;           /* device seconds (= host on the host) */
   double spread;             /* (2nd smallest - smallest) / smallest, worst pass */
@@ -51,6 +52,7 @@ typedef struct bt_profile {
   int threads;
   char clock[16]; /* "thread" or "wall" */
   int repeats;
+  int passes; /* timing passes over the corpus (minimum kept); 0 or 1: one */
   uint64_t seed;
   bt_host_rates host;
   int n, cap;
@@ -84,7 +86,13 @@ void bt_profile_host_rates(bt_host_rates *h, int wall_clock);
 typedef void (*bt_profile_progress)(void *ctx, int done, int total);
 
 /* Times every entry on the host (repeats >= 1) and maps it to `dev` (NULL:
- * the host itself) with `host` (from bt_host_as_device of p->host). */
+ * the host itself) with `host` (from bt_host_as_device of p->host). With
+ * p->passes > 1 the whole corpus is timed that many times one pass after the
+ * other and each layer keeps its minimum over the passes (load bursts of a
+ * shared host slow down runs of consecutive layers; a later pass misses
+ * most of them); progress then counts passes x layers. The host rates are
+ * then measured again before every later pass, the best kept in p->host and
+ * used for the mapping (`host` is then only a fallback). */
 int bt_profile_measure(bt_profile *p, const bt_device *dev, const bt_device *host, int repeats,
                        int wall_clock, bt_profile_progress progress, void *ctx, bt_err *err);
 

@@ -26,7 +26,9 @@ static void predictor_usage(FILE *f) {
           "  --folds K       layer folds of the cross-validation (default 5)\n"
           "  --train-fraction F  fit on this share of the training rows only (learning curve)\n"
           "  --linear-head   the comparison model: one time scale per device\n"
-          "  --residual-memory  add the nearest fitted layers' residuals (slower, larger)\n");
+          "  --residual-memory  add the nearest fitted layers' residuals (slower, larger)\n"
+          "  --trees N       boosted trees on the host regressions' residuals (default 100;\n"
+          "                  0: the regressions alone)\n");
 }
 
 /* ---- loading the sets ------------------------------------------------------ */
@@ -376,9 +378,9 @@ static int run_eval(eval_ctx *c, bt_err *err) {
   printf("baton predictor eval: %d profiling sets x %d layers x 2 passes; %d-fold "
          "cross-validation over layers (every figure is on layers left out of the fit); "
          "%d stages (zoo models at batch 8 and 32 cut into 1, 2, 4 parts); head: %s; "
-         "residual memory: %s; training rows used: %.0f%%\n",
+         "residual memory: %s; boosted trees: %d; training rows used: %.0f%%\n",
          D, n, c->folds, c->st.n, c->opt.linear_head ? "linear (one scale)" : "device model",
-         c->opt.residual_memory ? "on" : "off", 100 * c->train_fraction);
+         c->opt.residual_memory ? "on" : "off", c->opt.trees, 100 * c->train_fraction);
   printf("one fit (host regressions + %d heads): %.2f s\n", n_seen, fit_seconds / c->folds);
   acc tot_seen[3] = {{0}};
   print_header("(a) seen devices (fitted on their own profiling sets)");
@@ -582,7 +584,7 @@ static int run_drift(sets *S, const bt_predictor_options *opt, bt_err *err) {
     bt_predictor_free(pr);
     return -1;
   }
-  int worst = 0;
+  int worst = 0, tested = 0;
   for (int k = 0; k < S->n; k++) {
     const bt_profile *p = &S->p[k];
     bt_device dev, host;
@@ -598,6 +600,7 @@ static int run_drift(sets *S, const bt_predictor_options *opt, bt_err *err) {
     for (int i = 0; i < m.n_layers; i++)
       rows[i] = find_row(p, &m.layers[i], 8);
     printf("%-18s", p->device);
+    tested++;
     int dv = bt_predictor_device(pr, S->names[k]), back = -1;
     for (int round = 0; round <= 10; round++) {
       ns = 0;
@@ -633,7 +636,10 @@ static int run_drift(sets *S, const bt_predictor_options *opt, bt_err *err) {
     if (back < 0 || back > 5)
       worst = 1;
   }
-  printf("slowdown followed within 5 updates on every device: %s\n", worst ? "no" : "yes");
+  if (tested == 0)
+    printf("no device profile of these sets found in %s/devices: nothing to check\n", data);
+  else
+    printf("slowdown followed within 5 updates on every device: %s\n", worst ? "no" : "yes");
   bt_model_free(&m);
   bt_predictor_free(pr);
   return 0;
@@ -670,7 +676,15 @@ static int parse_common(int argc, char **argv, const char **dir, const char **ou
       *device = v;
     else if (strcmp(a, "--model") == 0)
       *model = v;
-    else if (strcmp(a, "--batch") == 0 || strcmp(a, "--folds") == 0) {
+    else if (strcmp(a, "--trees") == 0) {
+      char *end;
+      long x = strtol(v, &end, 10);
+      if (!*v || *end || x < 0 || x > 5000) {
+        bt_cli_fail("predictor", "--trees '%s': expected an integer in 0..5000", v);
+        return -1;
+      }
+      opt->trees = (int)x;
+    } else if (strcmp(a, "--batch") == 0 || strcmp(a, "--folds") == 0) {
       char *end;
       long x = strtol(v, &end, 10);
       if (*end || x < (a[2] == 'f' ? 2 : 1) || x > 65536) {

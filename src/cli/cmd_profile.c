@@ -23,6 +23,8 @@ static void profile_usage(FILE *f) {
           "  --random N        randomised layers (default 300)\n"
           "  --seed S          corpus seed (default 1)\n"
           "  --repeats N       timed runs per layer, minimum kept (default 10)\n"
+          "  --passes P        time the whole corpus P times, minimum per layer over the\n"
+          "                    passes (default 1; load bursts then miss most layers)\n"
           "  --probes          time only the probe set (at most 10 layers)\n"
           "  --arch A          BLIS kernels: auto, skx, haswell, sandybridge, generic\n"
           "  --threads T       BLIS threads (default 1; > 1 times with the wall clock)\n"
@@ -49,7 +51,7 @@ static int int_arg(const char *opt, const char *v, int lo, int hi, int *out) {
 
 int bt_cmd_profile(int argc, char **argv) {
   const char *device = NULL, *out = NULL, *arch = "auto";
-  int n_random = 300, seed = 1, repeats = 10, threads = 1, probes = 0, quiet = 0;
+  int n_random = 300, seed = 1, repeats = 10, passes = 1, threads = 1, probes = 0, quiet = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -78,6 +80,9 @@ int bt_cmd_profile(int argc, char **argv) {
     } else if (strcmp(a, "--repeats") == 0) {
       if (int_arg(a, argv[++i], 1, 1000, &repeats) < 0)
         return 2;
+    } else if (strcmp(a, "--passes") == 0) {
+      if (int_arg(a, argv[++i], 1, 100, &passes) < 0)
+        return 2;
     } else if (strcmp(a, "--threads") == 0) {
       if (int_arg(a, argv[++i], 1, 256, &threads) < 0)
         return 2;
@@ -91,8 +96,10 @@ int bt_cmd_profile(int argc, char **argv) {
     return bt_cli_fail("profile", "--device and --out are required") + 1;
   }
   if (bt_gemm_configure(arch, threads) < 0)
-    return bt_cli_fail("profile", "--arch '%s': expected auto, skx, haswell, sandybridge or "
-                                  "generic", arch);
+    return bt_cli_fail("profile",
+                       "--arch '%s': expected auto, skx, haswell, sandybridge or "
+                       "generic",
+                       arch);
   bt_err err = {{0}};
   bt_device dev, host;
   const int emulated = strcmp(device, "host") != 0;
@@ -106,6 +113,7 @@ int bt_cmd_profile(int argc, char **argv) {
   if (bt_host_as_device(&p.host, &host, &err) < 0)
     return bt_cli_fail("profile", "%s", err.msg);
   p.seed = (uint64_t)seed;
+  p.passes = passes;
   p.threads = bt_gemm_threads();
   snprintf(p.blis_arch, sizeof p.blis_arch, "%s", bt_gemm_arch());
   int rc = probes ? bt_profile_probe_set(&p, &err) : bt_profile_corpus(&p, p.seed, n_random, &err);
@@ -121,10 +129,11 @@ int bt_cmd_profile(int argc, char **argv) {
   double tf = 0, tb = 0, hf = 0, hb = 0;
   for (int i = 0; i < p.n; i++)
     tf += p.e[i].fwd, tb += p.e[i].bwd, hf += p.e[i].host_fwd, hb += p.e[i].host_bwd;
-  printf("baton profile: %d layers on %s (BLIS %s, %d thread(s), %s clock, min of %d); host "
+  printf("baton profile: %d layers on %s (BLIS %s, %d thread(s), %s clock, min of %d x %d "
+         "pass(es)); host "
          "sgemm %.1f GFLOP/s, memory %.1f GB/s; host %.3f s, device %.3f s (fwd %.3f + bwd "
          "%.3f) -> %s\n",
-         p.n, p.device, p.blis_arch, p.threads, p.clock, repeats, p.host.sgemm_gflops,
+         p.n, p.device, p.blis_arch, p.threads, p.clock, repeats, p.passes, p.host.sgemm_gflops,
          p.host.mem_gbs, hf + hb, tf + tb, tf, tb, out);
   bt_profile_free(&p);
   return 0;
