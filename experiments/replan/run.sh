@@ -39,10 +39,10 @@ echo "== replan.every=5"
 run 5
 last=$((iters - 1))
 static_before=$(throughput "$out/every0.h5" 15:19)
-static_after=$(throughput "$out/every0.h5" 35:$last)
+static_after=$(throughput "$out/every0.h5" $((iters - 10)):$last)
 before=$(throughput "$out/every5.h5" 15:19)
 hit=$(throughput "$out/every5.h5" 20:24)
-after=$(throughput "$out/every5.h5" 35:$last)
+after=$(throughput "$out/every5.h5" $((iters - 10)):$last)
 echo "no re-planning: ${static_before} samples/s before the slowdown, ${static_after} after"
 echo "re-planning:    ${before} samples/s before, ${hit} right after (old plan), ${after} at the end"
 awk -v sb="$static_before" -v sa="$static_after" -v a="$after" 'BEGIN {
