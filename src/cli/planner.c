@@ -97,6 +97,8 @@ static double codec_bits(const char *name, bt_err *err) {
 
 /* Host calibration of every layer: the whole model as one stage. */
 static int calibrate_model(cli_planner *pl, const char *store, const char *host, bt_err *err) {
+  snprintf(pl->store, sizeof pl->store, "%s", store ? store : "");
+  snprintf(pl->host_key, sizeof pl->host_key, "%s", host ? host : "");
   double sgemm, mem;
   if (bt_calib_host_rates(store, host, &sgemm, &mem, err) < 0)
     return -1;
@@ -423,26 +425,52 @@ int cli_planner_learn(cli_planner *pl, int d, int first, int count, const double
 
 /* Times the probe set on device d (the emulation: host time mapped through
  * the device's model) and adapts the predictor to it. */
-static int adapt_device(cli_planner *pl, bt_predictor *pr, int d, bt_err *err) {
-  bt_profile probe;
-  memset(&probe, 0, sizeof probe);
-  int rc = bt_profile_probe_set(&probe, err);
-  if (rc == 0)
-    rc = bt_profile_measure(&probe, &pl->dev[d], &pl->host, 5, 0, NULL, NULL, err);
-  bt_pred_sample *s = rc == 0 ? calloc(2 * (size_t)probe.n, sizeof *s) : NULL;
-  if (rc == 0 && !s)
-    rc = bt_err_set(err, "out of memory for probe samples");
-  for (int i = 0; rc == 0 && i < probe.n; i++) {
-    const bt_profile_entry *e = &probe.e[i];
-    s[2 * i] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_FWD, e->fwd};
-    s[2 * i + 1] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_BWD, e->bwd};
-    pl->probe_device_s += 6 * (e->fwd + e->bwd); /* 5 repeats + warm-up */
+/* The probe set's host times: from the calibration store when it holds them
+ * (so that a run's plan does not depend on the host's mood), else measured
+ * (minimum of 5) and added to it. */
+static int probe_host_times(cli_planner *pl, bt_profile *probe, bt_err *err) {
+  bt_calib_store *store = NULL;
+  if (pl->store[0] && bt_calib_load(pl->store, pl->host_key, &store, err) < 0)
+    return -1;
+  char key[1200];
+  int found = 0;
+  for (int i = 0; i < probe->n; i++) {
+    bt_profile_entry *e = &probe->e[i];
+    memcpy(key, "probe ", 6);
+    bt_calib_layer_key(&e->layer, e->batch, 0, key + 6, sizeof key - 6);
+    found += bt_calib_lookup(store, key, &e->host_fwd, &e->host_bwd);
   }
-  if (rc == 0)
-    rc = bt_predictor_adapt(pr, pl->head[d], s, 2 * probe.n, err);
-  free(s);
-  bt_profile_free(&probe);
-  return rc;
+  bt_calib_free(store);
+  if (found == probe->n)
+    return 0;
+  if (bt_profile_measure(probe, NULL, &pl->host, 5, 0, NULL, NULL, err) < 0)
+    return -1;
+  for (int i = 0; pl->store[0] && i < probe->n; i++) {
+    const bt_profile_entry *e = &probe->e[i];
+    memcpy(key, "probe ", 6);
+    bt_calib_layer_key(&e->layer, e->batch, 0, key + 6, sizeof key - 6);
+    if (bt_calib_append(pl->store, pl->host_key, key, e->host_fwd, e->host_bwd, err) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+/* Device d's probe samples: the probe set's host times (measured once)
+ * mapped through d's model, as the emulated device would time them. */
+static int probe_samples(cli_planner *pl, const bt_profile *probe, int d, bt_pred_sample *s) {
+  for (int i = 0; i < probe->n; i++) {
+    const bt_profile_entry *e = &probe->e[i];
+    const double f = bt_device_layer_mapped(&pl->dev[d], &pl->host, &e->layer, e->batch,
+                                            BT_PASS_FWD, e->host_fwd, 0)
+                         .total;
+    const double b = bt_device_layer_mapped(&pl->dev[d], &pl->host, &e->layer, e->batch,
+                                            BT_PASS_BWD, e->host_bwd, 0)
+                         .total;
+    s[2 * i] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_FWD, f};
+    s[2 * i + 1] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_BWD, b};
+    pl->probe_device_s += 6 * (f + b); /* 5 repeats + warm-up */
+  }
+  return 2 * probe->n;
 }
 
 int cli_planner_predict(cli_planner *pl, bt_err *err) {
@@ -467,18 +495,33 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
   double *pf = calloc((size_t)D * L, sizeof(double)), *pb = calloc((size_t)D * L, sizeof(double));
   if (rc == 0 && (!pf || !pb))
     rc = bt_err_set(err, "out of memory for predictions");
+  /* Probes: the probe set timed once on the host, then per device through
+   * its model. A device the sets know gets one online round from them (the
+   * sets were timed in other sessions of the host); an unknown one is
+   * adapted from them alone. */
+  bt_profile probe;
+  memset(&probe, 0, sizeof probe);
+  bt_pred_sample *samples = NULL;
+  if (rc == 0 && (rc = bt_profile_probe_set(&probe, err)) == 0)
+    rc = probe_host_times(pl, &probe, err);
+  if (rc == 0 && !(samples = calloc(2 * (size_t)probe.n + 1, sizeof *samples)))
+    rc = bt_err_set(err, "out of memory for probe samples");
   for (int d = 0; rc == 0 && d < D; d++) {
     /* One head per rank, so that each rank's throttling is followed apart. */
     snprintf(pl->head[d], sizeof pl->head[d], "rank%d:%s", d, pl->dev[d].name);
+    const int ns = probe_samples(pl, &probe, d, samples);
     if (bt_predictor_device(pr, pl->dev[d].name) >= 0) {
-      if (bt_predictor_clone_device(pr, pl->dev[d].name, pl->head[d], err) < 0)
+      if (bt_predictor_clone_device(pr, pl->dev[d].name, pl->head[d], err) < 0 ||
+          bt_predictor_update(pr, pl->head[d], samples, ns, err) < 0)
         rc = -1;
-    } else if (adapt_device(pl, pr, d, err) < 0) {
+    } else if (bt_predictor_adapt(pr, pl->head[d], samples, ns, err) < 0) {
       rc = -1;
     } else {
       pl->n_adapted++;
     }
   }
+  free(samples);
+  bt_profile_free(&probe);
   pl->predictor = pr;
   for (int d = 0; rc == 0 && d < D; d++)
     predict_row(pl, d, pf + (size_t)d * L, pb + (size_t)d * L);

@@ -41,6 +41,7 @@ typedef struct cli_planner {
   struct bt_predictor *predictor; /* kept for online updates */
   char head[BT_PLAN_MAX_DEVICES][96]; /* predictor head of device d: "rankD:NAME" */
   long truth_iteration;               /* iteration the true times describe */
+  char store[4096], host_key[512];    /* calibration store ("" = none) and its host key */
 } cli_planner;
 
 /* What a partitioner's plan costs and promises. */
