@@ -281,6 +281,7 @@ static int root_allowed(const ctx *c, size_t U, int d) {
   case BT_PLAN_ALL_DEVICES:
     return U == all;
   case BT_PLAN_DEVICES_IN_ORDER:
+  case BT_PLAN_ALL_FIRST_FIXED:
     return U == all && d == 0;
   default:
     return 1;
@@ -1251,7 +1252,8 @@ static void brute_devs(brute *bf, int s, unsigned used) {
   if (s == bf->c->D || s >= bf->c->L)
     return;
   for (int d = 0; d < bf->c->D && !bf->failed; d++)
-    if (!(used & (1u << d)) && (s == 0 ? d == 0 || bf->c->p->device_use != BT_PLAN_DEVICES_IN_ORDER
+    if (!(used & (1u << d)) && (s == 0 ? d == 0 || (bf->c->p->device_use != BT_PLAN_DEVICES_IN_ORDER &&
+                                                     bf->c->p->device_use != BT_PLAN_ALL_FIRST_FIXED)
                                        : next_allowed(bf->c, pl->device[s - 1], d))) {
       pl->device[s] = d;
       brute_devs(bf, s + 1, used | (1u << d));

@@ -329,10 +329,11 @@ Test(partition, plan_16x16_gpipe) { timed(16, 16, BT_SCHED_GPIPE, 8); }
 
 /* The device-use restrictions: search = brute force, and the plan obeys them. */
 Test(partition, device_use_restrictions_equal_brute_force) {
-  static const bt_plan_device_use uses[] = {BT_PLAN_ALL_DEVICES, BT_PLAN_DEVICES_IN_ORDER};
+  static const bt_plan_device_use uses[] = {BT_PLAN_ALL_DEVICES, BT_PLAN_DEVICES_IN_ORDER,
+                                            BT_PLAN_ALL_FIRST_FIXED};
   int trials = 0, infeasible = 0;
   for (int rep = 0; rep < 40; rep++)
-    for (int u = 0; u < 2; u++) {
+    for (int u = 0; u < 3; u++) {
       prob q;
       int L = 2 + (int)(urand() * 7), D = 1 + (int)(urand() * 4);
       make_random(&q, L, D, rep % 2 ? BT_SCHED_1F1B : BT_SCHED_GPIPE, 1 + rep % 5, rep % 3 == 0);
@@ -359,6 +360,8 @@ Test(partition, device_use_restrictions_equal_brute_force) {
           cr_assert_eq(a.n_stages, D, "a device was left unused");
         for (int s = 0; uses[u] == BT_PLAN_DEVICES_IN_ORDER && s < a.n_stages; s++)
           cr_assert_eq(a.device[s], s, "stage %d runs on device %d", s, a.device[s]);
+        if (uses[u] == BT_PLAN_ALL_FIRST_FIXED)
+          cr_assert_eq(a.device[0], 0, "stage 0 runs on device %d", a.device[0]);
       }
     }
   cr_assert_lt(infeasible, trials / 2);

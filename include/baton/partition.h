@@ -38,6 +38,8 @@ typedef enum bt_plan_device_use {
   BT_PLAN_ANY_DEVICES = 0,  /* any subset in any order (devices may stay unused) */
   BT_PLAN_ALL_DEVICES,      /* every device runs one stage, in any order */
   BT_PLAN_DEVICES_IN_ORDER, /* every device runs one stage, stage s on device s */
+  BT_PLAN_ALL_FIRST_FIXED,  /* every device runs one stage, device 0 the first, the rest in
+                               any order (the coordinating rank keeps stage 0) */
 } bt_plan_device_use;
 
 /* Bounds of the branch and bound (docs/partition.md). All are exact; they

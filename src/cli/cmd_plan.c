@@ -24,6 +24,8 @@ static void plan_usage(FILE *f) {
           "true one (the emulated devices' times from the host calibration).\n\n"
           "  --devices in-order  every device runs one stage, in the experiment's order (what\n"
           "                      baton train runs; default)\n"
+          "  --devices first     every device runs one stage, the first device stage 1,\n"
+          "                      the others in the best order (what baton train runs)\n"
           "  --devices all       every device runs one stage, in the best order\n"
           "  --devices any       any subset of the devices, in the best order\n"
           "  --iteration N       plan for the device speeds at iteration N (throttling, from\n"
@@ -38,6 +40,8 @@ static int parse_use(const char *v, bt_plan_device_use *use) {
     *use = BT_PLAN_ALL_DEVICES;
   else if (strcmp(v, "any") == 0)
     *use = BT_PLAN_ANY_DEVICES;
+  else if (strcmp(v, "first") == 0)
+    *use = BT_PLAN_ALL_FIRST_FIXED;
   else
     return -1;
   return 0;
@@ -145,7 +149,7 @@ int bt_cmd_plan(int argc, char **argv) {
     if (strcmp(argv[i], "--devices") == 0) {
       if (i + 1 >= argc || parse_use(argv[i + 1], &use) < 0) {
         free(rest);
-        return bt_cli_fail("plan", "--devices takes in-order, all or any") + 1;
+        return bt_cli_fail("plan", "--devices takes in-order, first, all or any") + 1;
       }
       i++;
       continue;
@@ -195,20 +199,25 @@ int bt_cmd_plan(int argc, char **argv) {
          store[0] ? store : "(fresh)", pl.calib_measured, pl.calib_seconds);
   bt_plan plan;
   cli_plan_info info;
-  if (at_iteration > 0 && use == BT_PLAN_DEVICES_IN_ORDER) {
+  if (at_iteration > 0) {
+    /* What the plan of iteration 0 costs at iteration N, next to the plan
+     * made for iteration N (device order as planned at iteration 0). */
     bt_plan first;
     cli_plan_info first_info;
     if (cli_planner_plan(&pl, cfg.partition, use, &first, &first_info, &err) < 0)
       goto fail;
     cli_planner_truth_at(&pl, at_iteration);
     bt_plan again = first;
-    if (cli_planner_evaluate(&pl, 0, first.first, &again, &err) < 0)
-      goto fail;
-    char cuts[128];
-    format_cuts(&first, cuts, sizeof cuts);
-    printf("the plan of iteration 0 (cuts %s): true %.4f s/iteration then, %.4f s at iteration "
-           "%ld\n",
-           cuts, first_info.true_time, again.iter_time, at_iteration);
+    if (use == BT_PLAN_DEVICES_IN_ORDER || use == BT_PLAN_ALL_FIRST_FIXED ||
+        use == BT_PLAN_ALL_DEVICES) {
+      if (cli_planner_evaluate_order(&pl, 0, first.device, first.first, &again, &err) < 0)
+        goto fail;
+      char cuts[128];
+      format_cuts(&first, cuts, sizeof cuts);
+      printf("the plan of iteration 0 (cuts %s): true %.4f s/iteration then, %.4f s at "
+             "iteration %ld\n",
+             cuts, first_info.true_time, again.iter_time, at_iteration);
+    }
   }
   if (cli_planner_plan(&pl, cfg.partition, use, &plan, &info, &err) < 0)
     goto fail;

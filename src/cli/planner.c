@@ -612,22 +612,27 @@ int cli_config_cuts(const bt_config *c, int n_layers, int stages, int *cuts, bt_
   return 0;
 }
 
-int cli_planner_evaluate(cli_planner *pl, int predicted, const int *cuts, bt_plan *out,
-                         bt_err *err) {
+int cli_planner_evaluate_order(cli_planner *pl, int predicted, const int *device, const int *cuts,
+                               bt_plan *out, bt_err *err) {
   if (predicted && cli_planner_predict(pl, err) < 0)
     return -1;
   int ok;
   bt_plan_problem p =
       problem(pl, predicted ? pl->view_fwd : pl->true_fwd, predicted ? pl->view_bwd : pl->true_bwd,
-              BT_PLAN_DEVICES_IN_ORDER, err, &ok);
+              BT_PLAN_ANY_DEVICES, err, &ok);
   if (!ok)
     return -1;
   memset(out, 0, sizeof *out);
   out->n_stages = pl->n_devices;
   for (int s = 0; s < pl->n_devices; s++)
-    out->device[s] = s;
+    out->device[s] = device ? device[s] : s;
   memcpy(out->first, cuts, sizeof(int) * (size_t)(pl->n_devices + 1));
   return bt_plan_evaluate(&p, out, err);
+}
+
+int cli_planner_evaluate(cli_planner *pl, int predicted, const int *cuts, bt_plan *out,
+                         bt_err *err) {
+  return cli_planner_evaluate_order(pl, predicted, NULL, cuts, out, err);
 }
 
 /* The slowest device's profiling time when every layer is timed on every

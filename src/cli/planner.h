@@ -97,6 +97,10 @@ void cli_planner_truth_at(cli_planner *pl, long iteration);
 int cli_planner_evaluate(cli_planner *pl, int predicted, const int *cuts, bt_plan *out,
                          bt_err *err);
 
+/* The same with the devices of the stages given (device[s] for stage s). */
+int cli_planner_evaluate_order(cli_planner *pl, int predicted, const int *device, const int *cuts,
+                               bt_plan *out, bt_err *err);
+
 /* The partitioners `partition:` accepts (NULL-terminated). */
 extern const char *const cli_partitioners[];
 
