@@ -630,6 +630,35 @@ int cli_planner_evaluate_order(cli_planner *pl, int predicted, const int *device
   return bt_plan_evaluate(&p, out, err);
 }
 
+int cli_planner_evaluate_cautious(cli_planner *pl, const int *cuts, double margin, bt_plan *out,
+                                  bt_err *err) {
+  if (cli_planner_predict(pl, err) < 0)
+    return -1;
+  const size_t n = (size_t)pl->n_devices * pl->n_layers;
+  double *f = malloc(n * sizeof(double)), *b = malloc(n * sizeof(double));
+  if (!f || !b) {
+    free(f), free(b);
+    return bt_err_set(err, "out of memory for the cautious view");
+  }
+  for (size_t i = 0; i < n; i++) {
+    f[i] = pl->view_fwd[i] * (isfinite(pl->ratio_fwd[i]) ? 1 : 1 + margin);
+    b[i] = pl->view_bwd[i] * (isfinite(pl->ratio_bwd[i]) ? 1 : 1 + margin);
+  }
+  int ok;
+  bt_plan_problem p = problem(pl, f, b, BT_PLAN_DEVICES_IN_ORDER, err, &ok);
+  int rc = -1;
+  if (ok) {
+    memset(out, 0, sizeof *out);
+    out->n_stages = pl->n_devices;
+    for (int s = 0; s < pl->n_devices; s++)
+      out->device[s] = s;
+    memcpy(out->first, cuts, sizeof(int) * (size_t)(pl->n_devices + 1));
+    rc = bt_plan_evaluate(&p, out, err);
+  }
+  free(f), free(b);
+  return rc;
+}
+
 int cli_planner_evaluate(cli_planner *pl, int predicted, const int *cuts, bt_plan *out,
                          bt_err *err) {
   return cli_planner_evaluate_order(pl, predicted, NULL, cuts, out, err);
