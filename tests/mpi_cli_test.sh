@@ -128,6 +128,11 @@ fi
 expect_ok $? plan-logged "predicted"
 mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set partition=oracle --set memory_scale=0.00001
 expect_fail $? plan-memory "the smallest memory scale with which some plan fits is"
+# Real hardware: the ranks' own probes, raw heads; no emulated true times.
+mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set partition=predicted --set clock=none
+expect_ok $? plan-clock-none "plan: the predicted partitioner needs"
+mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set partition=oracle --set clock=none
+expect_fail $? plan-oracle-needs-emulation "which real hardware (clock none) does not have"
 
 # Re-planning: rank 1 becomes 50x slower at iteration 4 (so that any build,
 # sanitized too, finds a better plan); the oracle re-cuts

@@ -423,14 +423,13 @@ int cli_planner_learn(cli_planner *pl, int d, int first, int count, const double
   return 0;
 }
 
-/* Times the probe set on device d (the emulation: host time mapped through
- * the device's model) and adapts the predictor to it. */
 /* The probe set's host times: from the calibration store when it holds them
  * (so that a run's plan does not depend on the host's mood), else measured
  * (minimum of 5) and added to it. */
-static int probe_host_times(cli_planner *pl, bt_profile *probe, bt_err *err) {
+static int probe_host_times(const char *path, const char *host_key, const bt_device *host,
+                            bt_profile *probe, bt_err *err) {
   bt_calib_store *store = NULL;
-  if (pl->store[0] && bt_calib_load(pl->store, pl->host_key, &store, err) < 0)
+  if (path && path[0] && bt_calib_load(path, host_key, &store, err) < 0)
     return -1;
   char key[1200];
   int found = 0;
@@ -443,32 +442,68 @@ static int probe_host_times(cli_planner *pl, bt_profile *probe, bt_err *err) {
   bt_calib_free(store);
   if (found == probe->n)
     return 0;
-  if (bt_profile_measure(probe, NULL, &pl->host, 5, 0, NULL, NULL, err) < 0)
+  if (bt_profile_measure(probe, NULL, host, 5, 0, NULL, NULL, err) < 0)
     return -1;
-  for (int i = 0; pl->store[0] && i < probe->n; i++) {
+  for (int i = 0; path && path[0] && i < probe->n; i++) {
     const bt_profile_entry *e = &probe->e[i];
     memcpy(key, "probe ", 6);
     bt_calib_layer_key(&e->layer, e->batch, 0, key + 6, sizeof key - 6);
-    if (bt_calib_append(pl->store, pl->host_key, key, e->host_fwd, e->host_bwd, err) < 0)
+    if (bt_calib_append(path, host_key, key, e->host_fwd, e->host_bwd, err) < 0)
       return -1;
   }
   return 0;
 }
 
-/* Device d's probe samples: the probe set's host times (measured once)
- * mapped through d's model, as the emulated device would time them. */
-static int probe_samples(cli_planner *pl, const bt_profile *probe, int d, bt_pred_sample *s) {
+/* Probe i's device seconds on dev (NULL: the host time, raw). */
+static void probe_device_times(const bt_profile *probe, const bt_device *host, const bt_device *dev,
+                               double *fwd, double *bwd) {
   for (int i = 0; i < probe->n; i++) {
     const bt_profile_entry *e = &probe->e[i];
-    const double f = bt_device_layer_mapped(&pl->dev[d], &pl->host, &e->layer, e->batch,
-                                            BT_PASS_FWD, e->host_fwd, 0)
-                         .total;
-    const double b = bt_device_layer_mapped(&pl->dev[d], &pl->host, &e->layer, e->batch,
-                                            BT_PASS_BWD, e->host_bwd, 0)
-                         .total;
-    s[2 * i] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_FWD, f};
-    s[2 * i + 1] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_BWD, b};
-    pl->probe_device_s += 6 * (f + b); /* 5 repeats + warm-up */
+    fwd[i] =
+        dev ? bt_device_layer_mapped(dev, host, &e->layer, e->batch, BT_PASS_FWD, e->host_fwd, 0)
+                  .total
+            : e->host_fwd;
+    bwd[i] =
+        dev ? bt_device_layer_mapped(dev, host, &e->layer, e->batch, BT_PASS_BWD, e->host_bwd, 0)
+                  .total
+            : e->host_bwd;
+  }
+}
+
+int cli_probe_times(const char *store, const char *host_key, const bt_device *host,
+                    const bt_device *dev, double *fwd, double *bwd, int *n, bt_err *err) {
+  bt_profile probe;
+  memset(&probe, 0, sizeof probe);
+  int rc = bt_profile_probe_set(&probe, err);
+  if (rc == 0 && probe.n > CLI_PROBES_MAX)
+    rc = bt_err_set(err, "the probe set has %d layers, more than %d", probe.n, CLI_PROBES_MAX);
+  if (rc == 0)
+    rc = probe_host_times(store, host_key, host, &probe, err);
+  if (rc == 0) {
+    probe_device_times(&probe, host, dev, fwd, bwd);
+    *n = probe.n;
+  }
+  bt_profile_free(&probe);
+  return rc;
+}
+
+/* Device d's probe samples: measured by its rank (probe_given) or the probe
+ * set's host times mapped through d's model, as the emulated device would
+ * time them. */
+static int probe_samples(cli_planner *pl, const bt_profile *probe, int d, bt_pred_sample *s) {
+  double f[CLI_PROBES_MAX], b[CLI_PROBES_MAX];
+  if (pl->probe_given && pl->probe_given_n == probe->n) {
+    memcpy(f, pl->probe_given + (size_t)d * 2 * probe->n, sizeof(double) * (size_t)probe->n);
+    memcpy(b, pl->probe_given + (size_t)d * 2 * probe->n + probe->n,
+           sizeof(double) * (size_t)probe->n);
+  } else {
+    probe_device_times(probe, &pl->host, &pl->dev[d], f, b);
+  }
+  for (int i = 0; i < probe->n; i++) {
+    const bt_profile_entry *e = &probe->e[i];
+    s[2 * i] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_FWD, f[i]};
+    s[2 * i + 1] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_BWD, b[i]};
+    pl->probe_device_s += 6 * (f[i] + b[i]); /* 5 repeats + warm-up */
   }
   return 2 * probe->n;
 }
@@ -502,8 +537,10 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
   bt_profile probe;
   memset(&probe, 0, sizeof probe);
   bt_pred_sample *samples = NULL;
-  if (rc == 0 && (rc = bt_profile_probe_set(&probe, err)) == 0)
-    rc = probe_host_times(pl, &probe, err);
+  if (rc == 0 && (rc = bt_profile_probe_set(&probe, err)) == 0 && probe.n > CLI_PROBES_MAX)
+    rc = bt_err_set(err, "the probe set has %d layers, more than %d", probe.n, CLI_PROBES_MAX);
+  if (rc == 0 && !pl->probe_given)
+    rc = probe_host_times(pl->store, pl->host_key, &pl->host, &probe, err);
   if (rc == 0 && !(samples = calloc(2 * (size_t)probe.n + 1, sizeof *samples)))
     rc = bt_err_set(err, "out of memory for probe samples");
   for (int d = 0; rc == 0 && d < D; d++) {
@@ -511,9 +548,14 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
     snprintf(pl->head[d], sizeof pl->head[d], "rank%d:%s", d, pl->dev[d].name);
     const int ns = probe_samples(pl, &probe, d, samples);
     if (bt_predictor_device(pr, pl->dev[d].name) >= 0) {
-      if (bt_predictor_clone_device(pr, pl->dev[d].name, pl->head[d], err) < 0 ||
+      const int h = bt_predictor_clone_device(pr, pl->dev[d].name, pl->head[d], err);
+      if (h < 0 || (pl->raw_heads && bt_predictor_set_raw(pr, h, 1) < 0) ||
           bt_predictor_update(pr, pl->head[d], samples, ns, err) < 0)
         rc = -1;
+    } else if (pl->raw_heads &&
+               (bt_predictor_adapt(pr, pl->head[d], NULL, 0, err) < 0 ||
+                bt_predictor_set_raw(pr, bt_predictor_device(pr, pl->head[d]), 1) < 0)) {
+      rc = -1;
     } else if (bt_predictor_adapt(pr, pl->head[d], samples, ns, err) < 0) {
       rc = -1;
     } else {

@@ -42,6 +42,12 @@ typedef struct cli_planner {
   char head[BT_PLAN_MAX_DEVICES][96]; /* predictor head of device d: "rankD:NAME" */
   long truth_iteration;               /* iteration the true times describe */
   char store[4096], host_key[512];    /* calibration store ("" = none) and its host key */
+  /* Probe times measured by the ranks themselves ([D][2 * n]: forward and
+   * backward device seconds of each probe layer; NULL = the planner times
+   * them through the device models), and whether the heads are raw (real
+   * hardware, clock none). Set before cli_planner_predict. */
+  const double *probe_given;
+  int probe_given_n, raw_heads;
 } cli_planner;
 
 /* What a partitioner's plan costs and promises. */
@@ -58,6 +64,15 @@ typedef struct cli_plan_info {
  * per-pair overrides, the sender's default link, the shared medium). */
 int cli_link_params(const bt_config *c, int n, const bt_device *src_dev, int src, int dst,
                     bt_link_params *out, bt_err *err);
+
+enum { CLI_PROBES_MAX = 16 };
+
+/* The probe set (bt_profile_probe_set) timed on this process: host times
+ * from the calibration store `store` when it holds them (else measured,
+ * minimum of 5, and added), mapped through `dev` (NULL: raw host times, the
+ * device itself). fwd and bwd get n <= CLI_PROBES_MAX entries. */
+int cli_probe_times(const char *store, const char *host_key, const bt_device *host,
+                    const bt_device *dev, double *fwd, double *bwd, int *n, bt_err *err);
 
 /* Adds the experiment's `throttle:` entries for `rank` to its device
  * profile (n = devices in the experiment); a malformed entry is an error. */

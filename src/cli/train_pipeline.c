@@ -92,6 +92,8 @@ typedef struct run {
   /* stage_device[s]: the device (index in `devices`) of stage s = rank s of comm.
    * The identity unless a partitioner ordered the devices (device_order). */
   int stage_device[BT_CONFIG_DEVICES_MAX];
+  double *probes; /* [size][2 * n_probes]: every device's probe times, as its rank timed them */
+  int n_probes;
 } run;
 
 /* Whether the cuts come from a partitioner (rank 0 plans at start). */
@@ -176,6 +178,46 @@ static int setup_calibration(run *r, bt_err *err) {
   return agree(r->comm, ok);
 }
 
+/* Every rank times the probe set on its own device (one after the other:
+ * ranks may share cores) and all get every rank's figures: whoever plans
+ * adapts the predictor from what the devices themselves measured. Under the
+ * emulated clocks the host times come from the calibration store and go
+ * through the device's model; under `none` they are the device's own. */
+static int gather_probes(run *r, bt_err *err) {
+  const bt_config *c = r->cfg;
+  if (strcmp(c->partition, "predicted") != 0)
+    return 0;
+  double mine[2 * CLI_PROBES_MAX];
+  int n = 0, ok = 1;
+  const int raw = strcmp(c->clock, "none") == 0;
+  for (int t = 0; t < r->size; t++) {
+    if (t == r->rank)
+      ok = cli_probe_times(r->calib_path[0] ? r->calib_path : NULL, r->calib_host, &r->dev.host,
+                           raw ? NULL : &r->dev.dev, mine, mine + CLI_PROBES_MAX, &n, err) == 0;
+    bt_mpi_quiet_barrier(r->comm);
+  }
+  if (agree(r->comm, ok) < 0)
+    return -1;
+  int n_max = n;
+  MPI_Allreduce(&n, &n_max, 1, MPI_INT, MPI_MAX, r->comm);
+  double packed[2 * CLI_PROBES_MAX];
+  memcpy(packed, mine, sizeof(double) * (size_t)n);
+  memcpy(packed + n, mine + CLI_PROBES_MAX, sizeof(double) * (size_t)n);
+  r->probes = malloc(sizeof(double) * 2 * (size_t)n_max * (size_t)r->size + 1);
+  if (agree(r->comm, r->probes != NULL && n == n_max) < 0)
+    return bt_err_set(err, "rank %d: probe set sizes differ or out of memory", r->rank);
+  MPI_Allgather(packed, 2 * n, MPI_DOUBLE, r->probes, 2 * n, MPI_DOUBLE, r->comm);
+  r->n_probes = n;
+  return 0;
+}
+
+/* Hands the ranks' own probe times to a planner (before it predicts). */
+static void give_probes(const run *r, cli_planner *pl) {
+  pl->probe_given = r->probes;
+  pl->probe_given_n = r->n_probes;
+  pl->raw_heads = strcmp(r->cfg->clock, "none") == 0;
+}
+
 /* Puts the ranks in stage order: a communicator in which rank s runs stage
  * s on device stage_device[s]. The process of stage 0 keeps the planner (for
  * re-planning), indexed by stage from then on. */
@@ -207,8 +249,10 @@ static int reorder_ranks(run *r, bt_err *err) {
     ok = r->planner &&
          cli_planner_init(r->planner, r->cfg, &r->model, r->calib_path[0] ? r->calib_path : NULL,
                           r->calib_host, err) == 0;
-    if (ok && strcmp(r->cfg->partition, "predicted") == 0)
+    if (ok && strcmp(r->cfg->partition, "predicted") == 0) {
+      give_probes(r, r->planner);
       ok = cli_planner_predict(r->planner, err) == 0;
+    }
   }
   if (ok && r->rank == 0)
     ok = cli_planner_permute(r->planner, r->stage_device, err) == 0;
@@ -235,6 +279,15 @@ static int setup_plan(run *r, bt_err *err) {
     r->plan_stage[s] = NAN;
   if (!planned(c))
     return 0;
+  if (strcmp(c->clock, "none") == 0 &&
+      (strcmp(c->partition, "oracle") == 0 || strcmp(c->partition, "profiled") == 0))
+    return agree(r->comm, bt_err_set(err,
+                                     "partition %s plans on the emulated devices' true times, "
+                                     "which real hardware (clock none) does not have; use "
+                                     "partition: predicted",
+                                     c->partition) == 0);
+  if (gather_probes(r, err) < 0)
+    return -1;
   int ok = 1;
   double figures[2 + BT_CONFIG_DEVICES_MAX];
   int cuts[BT_CONFIG_DEVICES_MAX + 1], order[BT_CONFIG_DEVICES_MAX];
@@ -250,12 +303,13 @@ static int setup_plan(run *r, bt_err *err) {
     cli_plan_info info;
     if (ok && !pl)
       ok = bt_err_set(err, "out of memory for the planner") == 0;
-    ok = ok &&
-         cli_planner_init(pl, c, &r->model, r->calib_path[0] ? r->calib_path : NULL, r->calib_host,
-                          err) == 0 &&
-         cli_planner_plan(pl, c->partition,
-                          reordering(c) ? BT_PLAN_ALL_DEVICES : BT_PLAN_DEVICES_IN_ORDER, &plan,
-                          &info, err) == 0;
+    ok = ok && cli_planner_init(pl, c, &r->model, r->calib_path[0] ? r->calib_path : NULL,
+                                r->calib_host, err) == 0;
+    if (ok)
+      give_probes(r, pl);
+    ok = ok && cli_planner_plan(pl, c->partition,
+                                reordering(c) ? BT_PLAN_ALL_DEVICES : BT_PLAN_DEVICES_IN_ORDER,
+                                &plan, &info, err) == 0;
     if (ok) {
       memcpy(cuts, plan.first, sizeof(int) * (size_t)(r->size + 1));
       memcpy(order, plan.device, sizeof(int) * (size_t)r->size);
@@ -271,13 +325,16 @@ static int setup_plan(run *r, bt_err *err) {
       for (int k = 0; k < r->size && used < sizeof devs; k++)
         used += (size_t)snprintf(devs + used, sizeof devs - used, "%s%s", k ? ", " : "",
                                  c->devices[order[k]]);
-      printf("plan: partition %s, stages on [%s], cuts %s, predicted %.4f s/iteration (%.4f s "
-             "with the true device times); planned in %.2f s\n",
-             c->partition, devs, list, plan.iter_time, info.true_time,
+      char truth[96] = ""; /* real hardware has no emulated true times */
+      if (strcmp(c->clock, "none") != 0)
+        snprintf(truth, sizeof truth, " (%.4f s with the true device times)", info.true_time);
+      printf("plan: partition %s, stages on [%s], cuts %s, predicted %.4f s/iteration%s; "
+             "planned in %.2f s\n",
+             c->partition, devs, list, plan.iter_time, truth,
              info.plan_seconds + pl->calib_seconds + pl->predict_seconds);
       if (info.profiling_s > 0)
-        printf("plan: the %s partitioner needs %.2f s of device time profiling first\n",
-               c->partition, info.profiling_s);
+        printf("plan: the %s partitioner needs %.2f s of device time %s first\n", c->partition,
+               info.profiling_s, strcmp(c->partition, "predicted") == 0 ? "probing" : "profiling");
       fflush(stdout);
     }
   }
@@ -322,13 +379,16 @@ static int setup_device(run *r, bt_err *err) {
   bt_host_rates h;
   measure_host(r, &h);
   r->dev.host_reference_s = BT_CALIB_REFERENCE_FLOPS / (h.sgemm_gflops * 1e9);
-  const int device = r->stage_device[r->rank];
+  const int device = r->world_rank; /* before any reordering: world rank = device index */
   int ok = bt_device_find(c->devices[device], data, &r->dev.dev, err) == 0 &&
            cli_apply_throttle(c, r->size, device, &r->dev.dev, err) == 0 &&
            bt_host_as_device(&h, &r->dev.host, err) == 0;
-  ok = ok && stage_fits(r, r->cuts, err);
   return agree(r->comm, ok);
 }
+
+/* This rank's stage fits its device (after the plan: the cuts and the
+ * stage order are known). */
+static int setup_memory(run *r, bt_err *err) { return agree(r->comm, stage_fits(r, r->cuts, err)); }
 
 /* The link from this rank to `peer`: the sending device's default link, the
  * global links.* overrides, then a links.pairs entry "SRC-DST:MBPS:MS" for
@@ -783,11 +843,14 @@ static void summarize(run *r, long steps, double emu_total, double cpu_compute,
          "%.4f s and the %s schedule's analytic model of its stage and link times gives %.4f s "
          "(efficiency %.1f%%)\n",
          measured, r->cfg->clock, steps, last, r->cfg->schedule, bound, 100.0 * bound / last);
-  if (isfinite(r->plan_iter))
+  if (isfinite(r->plan_iter) && strcmp(r->cfg->clock, "none") != 0)
     printf("plan: the %s partitioner predicted %.4f s/iteration (%+.1f%% of the measured), %.4f s "
            "with the true device times (%+.1f%%)\n",
            r->cfg->partition, r->plan_iter, 100 * (r->plan_iter / measured - 1), r->plan_true,
            100 * (r->plan_true / measured - 1));
+  else if (isfinite(r->plan_iter))
+    printf("plan: the %s partitioner predicted %.4f s/iteration (%+.1f%% of the measured)\n",
+           r->cfg->partition, r->plan_iter, 100 * (r->plan_iter / measured - 1));
   const double per_iter = worst / (double)steps, compute = all[7 * worst_rank + 5] / steps;
   printf("framework overhead: at most %.2f ms of host CPU per iteration outside compute and "
          "message waits (rank %d) = %.2f%% of the iteration time (%.1f%% of that rank's host "
@@ -915,8 +978,8 @@ int bt_cli_train_pipeline(bt_config *cfg) {
   bt_err err = {{0}};
   int rc = 1;
   if (setup_data_and_model(&r, &err) < 0 || setup_calibration(&r, &err) < 0 ||
-      setup_plan(&r, &err) < 0 || setup_device(&r, &err) < 0 || setup_pipeline(&r, &err) < 0 ||
-      open_runlog(&r, &err) < 0) {
+      setup_device(&r, &err) < 0 || setup_plan(&r, &err) < 0 || setup_memory(&r, &err) < 0 ||
+      setup_pipeline(&r, &err) < 0 || open_runlog(&r, &err) < 0) {
     /* One line from the lowest rank that failed itself (others only know
      * that somebody failed). */
     int mine = err.msg[0] && !strstr(err.msg, "another rank failed") ? r.rank : r.size, first;
@@ -940,6 +1003,6 @@ out:
   bt_model_free(&r.model);
   bt_dataset_free(&r.train);
   bt_dataset_free(&r.test);
-  free(r.xb), free(r.yb), free(r.order);
+  free(r.xb), free(r.yb), free(r.order), free(r.probes);
   return rc;
 }
