@@ -92,7 +92,8 @@ typedef struct run {
   /* stage_device[s]: the device (index in `devices`) of stage s = rank s of comm.
    * The identity unless a partitioner ordered the devices (device_order). */
   int stage_device[BT_CONFIG_DEVICES_MAX];
-  double *probes; /* [size][2 * n_probes]: every device's probe times, as its rank timed them */
+  double *probes;     /* [size][2 * n_probes]: every device's probe times, as its rank timed them */
+  double profiling_s; /* device s the partitioner measured before training (on the run's clock) */
   int n_probes;
 } run;
 
@@ -289,7 +290,7 @@ static int setup_plan(run *r, bt_err *err) {
   if (gather_probes(r, err) < 0)
     return -1;
   int ok = 1;
-  double figures[2 + BT_CONFIG_DEVICES_MAX];
+  double figures[3 + BT_CONFIG_DEVICES_MAX];
   int cuts[BT_CONFIG_DEVICES_MAX + 1], order[BT_CONFIG_DEVICES_MAX];
   if (r->rank == 0) {
     if (r->size > BT_PLAN_MAX_DEVICES)
@@ -314,6 +315,7 @@ static int setup_plan(run *r, bt_err *err) {
       memcpy(cuts, plan.first, sizeof(int) * (size_t)(r->size + 1));
       memcpy(order, plan.device, sizeof(int) * (size_t)r->size);
       figures[0] = plan.iter_time;
+      figures[2 + r->size] = info.profiling_s;
       figures[1] = info.true_time;
       for (int s = 0; s < r->size; s++)
         figures[2 + s] = plan.fwd[s] + plan.bwd[s];
@@ -333,8 +335,10 @@ static int setup_plan(run *r, bt_err *err) {
              c->partition, devs, list, plan.iter_time, truth,
              info.plan_seconds + pl->calib_seconds + pl->predict_seconds);
       if (info.profiling_s > 0)
-        printf("plan: the %s partitioner needs %.2f s of device time %s first\n", c->partition,
-               info.profiling_s, strcmp(c->partition, "predicted") == 0 ? "probing" : "profiling");
+        printf("plan: the %s partitioner needs %.2f s of device time %s first (%s)\n", c->partition,
+               info.profiling_s, strcmp(c->partition, "predicted") == 0 ? "probing" : "profiling",
+               strcmp(c->clock, "none") == 0 ? "spent before the first iteration"
+                                             : "the run's clock starts there");
       fflush(stdout);
     }
   }
@@ -343,11 +347,12 @@ static int setup_plan(run *r, bt_err *err) {
     return -1;
   MPI_Bcast(cuts, r->size + 1, MPI_INT, 0, r->comm);
   MPI_Bcast(order, r->size, MPI_INT, 0, r->comm);
-  MPI_Bcast(figures, 2 + r->size, MPI_DOUBLE, 0, r->comm);
+  MPI_Bcast(figures, 3 + r->size, MPI_DOUBLE, 0, r->comm);
   memcpy(r->cuts, cuts, sizeof(int) * (size_t)(r->size + 1));
   memcpy(r->stage_device, order, sizeof(int) * (size_t)r->size);
   r->plan_iter = figures[0];
   r->plan_true = figures[1];
+  r->profiling_s = figures[2 + r->size];
   for (int s = 0; s < r->size; s++)
     r->plan_stage[s] = figures[2 + s];
   return reorder_ranks(r, err);
@@ -988,6 +993,10 @@ int bt_cli_train_pipeline(bt_config *cfg) {
       fprintf(stderr, "baton train: %s\n", err.msg);
     goto out;
   }
+  /* What the partitioner measured before training (profiling, probes) is
+   * time the devices spent: the run's clock starts after it. */
+  if (r.profiling_s > 0 && strcmp(cfg->clock, "none") != 0)
+    bt_pipeline_set_clock(r.pipe, r.profiling_s);
   rc = train_loop(&r, &err);
   bt_runlog_close(&r.log, &err);
   if (r.rank == 0 && cfg->output[0])
