@@ -11,6 +11,7 @@
 #   fresh  every run re-measures its calibration (calibration: fresh); shown
 #          for reference: on a shared VM this moves by several percent even
 #          between two quiet runs (docs/devices.md, "Calibration").
+# The cuts are fixed (partition: even): this checks the clock, not the planner.
 #   experiments/load-independence/run.sh [ITERATIONS]   (BATON=path picks the binary)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,7 +26,7 @@ emulated() { # NP DEVICES CALIBRATION -> seconds per iteration on the virtual cl
   mpirun -np "$1" --oversubscribe "$baton" train --set model=vgg11 --set data.name=synthetic \
     --set data.shape=32x32x3 --set data.train_samples=512 --set data.test_samples=32 \
     --set batch_size=32 --set micro_batches=8 --set iterations="$iters" --set devices="$2" \
-    --set calibration="$3" --set progress=never | sed -n 's/^pipeline: \([0-9.]*\) s\/iteration.*/\1/p'
+    --set calibration="$3" --set partition=even --set progress=never | sed -n 's/^pipeline: \([0-9.]*\) s\/iteration.*/\1/p'
 }
 
 hog() { while :; do "$baton" bench gemm --size 1536 >/dev/null; done; }
