@@ -133,6 +133,8 @@ mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set partition=predicted --set clo
 expect_ok $? plan-clock-none "plan: the predicted partitioner needs"
 mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set partition=oracle --set clock=none
 expect_fail $? plan-oracle-needs-emulation "which real hardware (clock none) does not have"
+mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set partition=profiled --set clock=none
+expect_ok $? plan-profiled-clock-none "plan: partition profiled, stages on ["
 
 # Re-planning: rank 1 becomes 50x slower at iteration 4 (so that any build,
 # sanitized too, finds a better plan); the oracle re-cuts

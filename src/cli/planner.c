@@ -220,6 +220,15 @@ int cli_planner_permute(cli_planner *pl, const int *order, bt_err *err) {
   return 0;
 }
 
+void cli_planner_set_truth(cli_planner *pl, const double *measured) {
+  const int D = pl->n_devices, L = pl->n_layers;
+  for (int d = 0; d < D; d++)
+    for (int l = 0; l < L; l++) {
+      pl->true_fwd[d * L + l] = measured[(size_t)d * 2 * L + l];
+      pl->true_bwd[d * L + l] = measured[(size_t)d * 2 * L + L + l];
+    }
+}
+
 void cli_planner_truth_at(cli_planner *pl, long iteration) {
   const int D = pl->n_devices, L = pl->n_layers, mb = pl->micro_batch;
   pl->truth_iteration = iteration;

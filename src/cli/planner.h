@@ -104,6 +104,12 @@ int cli_planner_learn(cli_planner *pl, int d, int first, int count, const double
  * order then plans in order). */
 int cli_planner_permute(cli_planner *pl, const int *order, bt_err *err);
 
+/* Replaces the true times by what the devices measured themselves
+ * (`measured`: [D][2 * L], forward then backward device seconds of every
+ * layer per micro-batch, device index as in the experiment): PipeDream-style
+ * profiling on the devices, real hardware included. */
+void cli_planner_set_truth(cli_planner *pl, const double *measured);
+
 /* Recomputes the true times for `iteration` (throttling schedules). */
 void cli_planner_truth_at(cli_planner *pl, long iteration);
 

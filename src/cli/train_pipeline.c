@@ -212,6 +212,56 @@ static int gather_probes(run *r, bt_err *err) {
   return 0;
 }
 
+/* partition profiled (PipeDream): every rank times every layer of the model
+ * on its own device, one rank after the other, and all get the figures
+ * ([size][2 * L] device seconds per micro-batch). Under the emulated clocks
+ * the host times come through the calibration store and each rank's device
+ * model; under `none` they are the device's own. */
+static int gather_profiles(run *r, double **out, bt_err *err) {
+  const bt_config *c = r->cfg;
+  const int L = r->model.n_layers, mb = c->batch_size / c->micro_batches;
+  const int raw = strcmp(c->clock, "none") == 0;
+  double *mine = malloc(2 * (size_t)L * sizeof(double));
+  double *all = malloc(2 * (size_t)L * (size_t)r->size * sizeof(double));
+  int ok = mine && all;
+  if (!ok)
+    bt_err_set(err, "rank %d: out of memory for the profile", r->rank);
+  for (int t = 0; t < r->size; t++) {
+    if (t == r->rank && ok) {
+      bt_stage st;
+      const bt_calib_options o = {.repeats = 20,
+                                  .ref_seconds = r->dev.host_reference_s,
+                                  .seed = c->seed,
+                                  .batch_size = c->batch_size,
+                                  .store = r->calib_path[0] ? r->calib_path : NULL,
+                                  .host = r->calib_host};
+      bt_calib_result res;
+      ok = bt_stage_init(&st, &r->model, 0, L, mb, 1, c->seed, err) == 0;
+      if (ok) {
+        ok = bt_calib_stage(&st, &r->model, mb, &o, mine, mine + L, &res, err) == 0;
+        bt_stage_free(&st);
+      }
+      for (int l = 0; ok && !raw && l < L; l++) {
+        const bt_layer *y = &r->model.layers[l];
+        mine[l] =
+            bt_device_layer_mapped(&r->dev.dev, &r->dev.host, y, mb, BT_PASS_FWD, mine[l], 0).total;
+        mine[L + l] =
+            bt_device_layer_mapped(&r->dev.dev, &r->dev.host, y, mb, BT_PASS_BWD, mine[L + l], 0)
+                .total;
+      }
+    }
+    bt_mpi_quiet_barrier(r->comm);
+  }
+  if (agree(r->comm, ok) < 0) {
+    free(mine), free(all);
+    return -1;
+  }
+  MPI_Allgather(mine, 2 * L, MPI_DOUBLE, all, 2 * L, MPI_DOUBLE, r->comm);
+  free(mine);
+  *out = all;
+  return 0;
+}
+
 /* Hands the ranks' own probe times to a planner (before it predicts). */
 static void give_probes(const run *r, cli_planner *pl) {
   pl->probe_given = r->probes;
@@ -280,13 +330,14 @@ static int setup_plan(run *r, bt_err *err) {
     r->plan_stage[s] = NAN;
   if (!planned(c))
     return 0;
-  if (strcmp(c->clock, "none") == 0 &&
-      (strcmp(c->partition, "oracle") == 0 || strcmp(c->partition, "profiled") == 0))
-    return agree(r->comm, bt_err_set(err,
-                                     "partition %s plans on the emulated devices' true times, "
-                                     "which real hardware (clock none) does not have; use "
-                                     "partition: predicted",
-                                     c->partition) == 0);
+  if (strcmp(c->clock, "none") == 0 && strcmp(c->partition, "oracle") == 0)
+    return agree(r->comm,
+                 bt_err_set(err, "partition oracle plans on the emulated devices' true "
+                                 "times, which real hardware (clock none) does not have; use "
+                                 "partition: predicted or profiled") == 0);
+  double *profiles = NULL;
+  if (strcmp(c->partition, "profiled") == 0 && gather_profiles(r, &profiles, err) < 0)
+    return -1;
   if (gather_probes(r, err) < 0)
     return -1;
   int ok = 1;
@@ -308,6 +359,8 @@ static int setup_plan(run *r, bt_err *err) {
                                 r->calib_host, err) == 0;
     if (ok)
       give_probes(r, pl);
+    if (ok && profiles)
+      cli_planner_set_truth(pl, profiles);
     ok = ok && cli_planner_plan(pl, c->partition,
                                 reordering(c) ? BT_PLAN_ALL_DEVICES : BT_PLAN_DEVICES_IN_ORDER,
                                 &plan, &info, err) == 0;
@@ -343,8 +396,10 @@ static int setup_plan(run *r, bt_err *err) {
     }
   }
   bt_mpi_quiet_barrier(r->comm); /* the others sleep while rank 0 calibrates and plans */
-  if (agree(r->comm, ok) < 0)
+  if (agree(r->comm, ok) < 0) {
+    free(profiles);
     return -1;
+  }
   MPI_Bcast(cuts, r->size + 1, MPI_INT, 0, r->comm);
   MPI_Bcast(order, r->size, MPI_INT, 0, r->comm);
   MPI_Bcast(figures, 3 + r->size, MPI_DOUBLE, 0, r->comm);
@@ -355,6 +410,7 @@ static int setup_plan(run *r, bt_err *err) {
   r->profiling_s = figures[2 + r->size];
   for (int s = 0; s < r->size; s++)
     r->plan_stage[s] = figures[2 + s];
+  free(profiles);
   return reorder_ranks(r, err);
 }
 
