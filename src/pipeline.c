@@ -762,24 +762,36 @@ void bt_pipeline_layer_times(const bt_pipeline *p, const double **fwd, const dou
 
 bt_stage *bt_pipeline_stage(bt_pipeline *p) { return &p->stage; }
 
-static int gather_vector(bt_pipeline *p, const float *mine, int count, int offset, float *all,
-                         bt_err *err) {
+/* Moves one whole-model vector between the stages' slices (`count` floats
+ * at global `offset` on each rank) and rank 0's whole copy: gathered to
+ * rank 0 (to_root) or scattered from it. Collective. */
+static int move_vector(bt_pipeline *p, int to_root, float *all, float *mine, int count, int offset,
+                       bt_err *err) {
   int *counts = NULL, *displs = NULL;
   if (p->rank == 0) {
     counts = malloc((size_t)p->size * sizeof(int));
     displs = malloc((size_t)p->size * sizeof(int));
     if (!counts || !displs) {
       free(counts), free(displs);
-      return bt_err_set(err, "rank 0: out of memory gathering parameters");
+      return bt_err_set(err, "rank 0: out of memory moving parameters");
     }
   }
   int rc = MPI_Gather(&count, 1, MPI_INT, counts, 1, MPI_INT, 0, p->comm);
   if (rc == MPI_SUCCESS)
     rc = MPI_Gather(&offset, 1, MPI_INT, displs, 1, MPI_INT, 0, p->comm);
   if (rc == MPI_SUCCESS)
-    rc = MPI_Gatherv(mine, count, MPI_FLOAT, all, counts, displs, MPI_FLOAT, 0, p->comm);
+    rc = to_root ? MPI_Gatherv(mine, count, MPI_FLOAT, all, counts, displs, MPI_FLOAT, 0, p->comm)
+                 : MPI_Scatterv(all, counts, displs, MPI_FLOAT, mine, count, MPI_FLOAT, 0, p->comm);
   free(counts), free(displs);
-  return rc == MPI_SUCCESS ? 0 : mpi_fail(p, err, "MPI_Gatherv (parameters)", rc);
+  return rc == MPI_SUCCESS
+             ? 0
+             : mpi_fail(p, err, to_root ? "MPI_Gatherv (parameters)" : "MPI_Scatterv (parameters)",
+                        rc);
+}
+
+static int gather_vector(bt_pipeline *p, float *mine, int count, int offset, float *all,
+                         bt_err *err) {
+  return move_vector(p, 1, all, mine, count, offset, err);
 }
 
 int bt_pipeline_gather_params(bt_pipeline *p, float *params, float *state, bt_err *err) {
@@ -800,22 +812,7 @@ int bt_pipeline_gather_params(bt_pipeline *p, float *params, float *state, bt_er
 
 static int scatter_vector(bt_pipeline *p, const float *all, float *mine, int count, int offset,
                           bt_err *err) {
-  int *counts = NULL, *displs = NULL;
-  if (p->rank == 0) {
-    counts = malloc((size_t)p->size * sizeof(int));
-    displs = malloc((size_t)p->size * sizeof(int));
-    if (!counts || !displs) {
-      free(counts), free(displs);
-      return bt_err_set(err, "rank 0: out of memory scattering parameters");
-    }
-  }
-  int rc = MPI_Gather(&count, 1, MPI_INT, counts, 1, MPI_INT, 0, p->comm);
-  if (rc == MPI_SUCCESS)
-    rc = MPI_Gather(&offset, 1, MPI_INT, displs, 1, MPI_INT, 0, p->comm);
-  if (rc == MPI_SUCCESS)
-    rc = MPI_Scatterv(all, counts, displs, MPI_FLOAT, mine, count, MPI_FLOAT, 0, p->comm);
-  free(counts), free(displs);
-  return rc == MPI_SUCCESS ? 0 : mpi_fail(p, err, "MPI_Scatterv (parameters)", rc);
+  return move_vector(p, 0, (float *)all, mine, count, offset, err); /* read-only on this path */
 }
 
 int bt_pipeline_export_state(bt_pipeline *p, float *params, float *momentum, float *state,
