@@ -16,21 +16,23 @@
 #include "train_common.h"
 
 static void plan_usage(FILE *f) {
-  fprintf(f,
-          "usage: baton plan EXPERIMENT.yaml [--set key=value]... [--devices in-order|all|any]\n\n"
-          "Prints the plan `baton train` would run for the experiment (partition: ...): per\n"
-          "stage the device, its layers, predicted compute, link times and memory against\n"
-          "capacity; then every partitioner's plan with its predicted iteration time and its\n"
-          "true one (the emulated devices' times from the host calibration).\n\n"
-          "  --devices in-order  every device runs one stage, in the experiment's order (what\n"
-          "                      baton train runs; default)\n"
-          "  --devices first     every device runs one stage, the first device stage 1,\n"
-          "                      the others in the best order (what baton train runs)\n"
-          "  --devices all       every device runs one stage, in the best order\n"
-          "  --devices any       any subset of the devices, in the best order\n"
-          "  --iteration N       plan for the device speeds at iteration N (throttling, from\n"
-          "                      the profiles and `throttle:`), and show what the plan of\n"
-          "                      iteration 0 costs then\n");
+  fprintf(
+      f,
+      "usage: baton plan EXPERIMENT.yaml [--set key=value]... [--devices MODE] [--iteration N]\n\n"
+      "Prints the plan `baton train` would run for the experiment (partition: ...): per\n"
+      "stage the device, its layers, predicted compute, link times and memory against\n"
+      "capacity; then every partitioner's plan with its predicted iteration time and its\n"
+      "true one (the emulated devices' times from the host calibration).\n\n"
+      "  --devices in-order  every device runs one stage, in the experiment's order (what\n"
+      "                      baton train runs with device_order: experiment)\n"
+      "  --devices first     every device runs one stage, the first device stage 1,\n"
+      "                      the others in the best order\n"
+      "  --devices all       every device runs one stage, in the best order (what baton\n"
+      "                      train runs with device_order: plan, the default)\n"
+      "  --devices any       any subset of the devices, in the best order\n"
+      "  --iteration N       plan for the device speeds at iteration N (throttling, from\n"
+      "                      the profiles and `throttle:`), and show what the plan of\n"
+      "                      iteration 0 costs then\n");
 }
 
 static int parse_use(const char *v, bt_plan_device_use *use) {
@@ -125,6 +127,7 @@ static int compare_all(cli_planner *pl, bt_plan_device_use use, bt_err *err) {
 
 int bt_cmd_plan(int argc, char **argv) {
   bt_plan_device_use use = BT_PLAN_DEVICES_IN_ORDER;
+  int use_given = 0; /* else what baton train would do (device_order) */
   long at_iteration = 0;
   char **rest = calloc((size_t)argc + 1, sizeof *rest);
   int n_rest = 0;
@@ -147,6 +150,7 @@ int bt_cmd_plan(int argc, char **argv) {
       continue;
     }
     if (strcmp(argv[i], "--devices") == 0) {
+      use_given = 1;
       if (i + 1 >= argc || parse_use(argv[i + 1], &use) < 0) {
         free(rest);
         return bt_cli_fail("plan", "--devices takes in-order, first, all or any") + 1;
@@ -168,6 +172,8 @@ int bt_cmd_plan(int argc, char **argv) {
   memset(&pl, 0, sizeof pl);
   if (bt_cli_load_config(&cfg, "plan", n_rest, rest, &print_only, &err) < 0)
     goto fail;
+  if (!use_given)
+    use = strcmp(cfg.device_order, "plan") == 0 ? BT_PLAN_ALL_DEVICES : BT_PLAN_DEVICES_IN_ORDER;
   if (bt_gemm_configure(cfg.blis_arch, cfg.threads) < 0) {
     bt_err_set(&err, "blis_arch '%s' is not known", cfg.blis_arch);
     goto fail;
