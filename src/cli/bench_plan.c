@@ -33,6 +33,32 @@ static double urand(rng64 *r) { /* xorshift64 in [0, 1), as in the test */
   return (double)(r->s >> 11) / 9007199254740992.0;
 }
 
+/* Unlimited memory, random links (bandwidth bw_scale x 0.2..5.2 bytes/s,
+ * latency up to 10 us) and the problem over q's arrays. */
+static void links_and_problem(plan_prob *q, rng64 *r, int L, int D, double bw_scale,
+                              bt_schedule_kind kind, int M) {
+  for (int a = 0; a < D; a++) {
+    q->cap[a] = 1e15;
+    for (int b = 0; b < D; b++) {
+      q->bw[a * D + b] = bw_scale * (0.2 + 5 * urand(r));
+      q->lat[a * D + b] = a == b ? 0 : 1e-5 * urand(r);
+    }
+  }
+  q->p = (bt_plan_problem){.n_layers = L,
+                           .n_devices = D,
+                           .fwd = q->fwd,
+                           .bwd = q->bwd,
+                           .optim = q->optim,
+                           .act_bytes = q->act,
+                           .state_bytes = q->state,
+                           .stash_bytes = q->stash,
+                           .mem_cap = q->cap,
+                           .bandwidth = q->bw,
+                           .latency = q->lat,
+                           .kind = kind,
+                           .micro = M};
+}
+
 /* The test's make_random (tight = 0): same seed, same problem. */
 static void make_problem(plan_prob *q, int L, int D, bt_schedule_kind kind, int M,
                          unsigned long long seed) {
@@ -52,26 +78,7 @@ static void make_problem(plan_prob *q, int L, int D, bt_schedule_kind kind, int 
     q->state[l] = 1e6 * (0.1 + urand(&r));
     q->stash[l] = 1e5 * (0.1 + urand(&r));
   }
-  for (int a = 0; a < D; a++) {
-    q->cap[a] = 1e15;
-    for (int b = 0; b < D; b++) {
-      q->bw[a * D + b] = 1e8 * (0.2 + 5 * urand(&r));
-      q->lat[a * D + b] = a == b ? 0 : 1e-5 * urand(&r);
-    }
-  }
-  q->p = (bt_plan_problem){.n_layers = L,
-                           .n_devices = D,
-                           .fwd = q->fwd,
-                           .bwd = q->bwd,
-                           .optim = q->optim,
-                           .act_bytes = q->act,
-                           .state_bytes = q->state,
-                           .stash_bytes = q->stash,
-                           .mem_cap = q->cap,
-                           .bandwidth = q->bw,
-                           .latency = q->lat,
-                           .kind = kind,
-                           .micro = M};
+  links_and_problem(q, &r, L, D, 1e8, kind, M);
   if (urand(&r) < 0.3) {
     q->p.codec_ratio = 0.25;
     q->p.codec_encode = 1e-10;
@@ -109,26 +116,7 @@ static int make_zoo_problem(plan_prob *q, const char *model, int D, bt_schedule_
     q->state[l] = 12.0 * (double)ly->n_params;
     q->stash[l] = q->act[l];
   }
-  for (int a = 0; a < D; a++) {
-    q->cap[a] = 1e15;
-    for (int b = 0; b < D; b++) {
-      q->bw[a * D + b] = 1e9 * (0.2 + 5 * urand(&r));
-      q->lat[a * D + b] = a == b ? 0 : 1e-5 * urand(&r);
-    }
-  }
-  q->p = (bt_plan_problem){.n_layers = L,
-                           .n_devices = D,
-                           .fwd = q->fwd,
-                           .bwd = q->bwd,
-                           .optim = q->optim,
-                           .act_bytes = q->act,
-                           .state_bytes = q->state,
-                           .stash_bytes = q->stash,
-                           .mem_cap = q->cap,
-                           .bandwidth = q->bw,
-                           .latency = q->lat,
-                           .kind = kind,
-                           .micro = M};
+  links_and_problem(q, &r, L, D, 1e9, kind, M);
   *n_layers = L;
   bt_model_free(&m);
   return 0;
