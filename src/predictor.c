@@ -16,8 +16,13 @@
 
 enum { NP = BT_PRED_THETA, MAXF = 48, MAXT = 40, MAX_OPS = BT_DEVICE_LAYER_OPS_MAX };
 /* Boosted regression trees on the regressions' log residuals: complete
- * trees of depth TREE_DEPTH (7 splits, 8 leaves). */
-enum { TREE_DEPTH = 3, TREE_INNER = (1 << TREE_DEPTH) - 1, TREE_LEAVES = 1 << TREE_DEPTH };
+ * trees of depth opt.tree_depth (at most TREE_MAX_DEPTH: 63 splits, 64
+ * leaves); a tree of depth d uses the first 2^d - 1 splits and 2^d leaves. */
+enum {
+  TREE_MAX_DEPTH = 6,
+  TREE_INNER = (1 << TREE_MAX_DEPTH) - 1,
+  TREE_LEAVES = 1 << TREE_MAX_DEPTH
+};
 #define TREE_SHRINK 0.2 /* learning rate */
 #define TREE_SUBSAMPLE 0.8
 #define TREE_LEAF_RIDGE 1.0
@@ -42,8 +47,8 @@ typedef struct reg {
   int nk;
   float *kx;
   float *kr;
-  /* Boosted trees on tree_features() (nt trees, ntf features). */
-  int nt, ntf;
+  /* Boosted trees on tree_features() (nt trees of depth `depth`, ntf features). */
+  int nt, ntf, depth;
   gtree *tr;
 } reg;
 
@@ -75,6 +80,7 @@ void bt_predictor_default_options(bt_predictor_options *o) {
   o->linear_head = 0;
   o->residual_memory = 0;
   o->trees = 100;
+  o->tree_depth = 5;
 }
 
 /* ---- features of the shared host-time model -------------------------------- */
@@ -281,9 +287,9 @@ static double gbt_eval(const reg *r, const double *x) {
   for (int t = 0; t < r->nt; t++) {
     const gtree *g = &r->tr[t];
     int node = 0;
-    for (int d = 0; d < TREE_DEPTH; d++)
+    for (int d = 0; d < r->depth; d++)
       node = 2 * node + 1 + (x[g->f[node]] > g->thr[node]);
-    y += g->leaf[node - TREE_INNER];
+    y += g->leaf[node - ((1 << r->depth) - 1)];
   }
   return y;
 }
@@ -299,14 +305,16 @@ static int cmp_keyed(const void *a, const void *b) {
   return x->v != y->v ? (x->v > y->v) - (x->v < y->v) : (x->i > y->i) - (x->i < y->i);
 }
 
-/* Gradient boosting of `nt` depth-3 trees on the residuals res[m] (changed:
+/* Gradient boosting of `nt` trees of depth `depth` on the residuals res[m] (changed:
  * what remains) of rows X (m x nf): level by level, each level's best
  * splits found in one pass over every feature's presorted rows; 80% of the
  * rows (a fixed pseudo-random draw) per tree, leaves shrunk by a ridge and
  * the learning rate. Deterministic. Returns 0 or -1 (out of memory). */
-static int fit_gbt(reg *r, const double *X, int m, int nf, double *res, int nt) {
+static int fit_gbt(reg *r, const double *X, int m, int nf, double *res, int nt, int depth) {
   r->nt = 0;
   r->ntf = nf;
+  r->depth = depth;
+  const int inner = (1 << depth) - 1, leaves = 1 << depth;
   if (nt <= 0 || m < 4 * TREE_MIN_LEAF)
     return 0;
   int *order = malloc((size_t)m * nf * sizeof *order), *node = malloc((size_t)m * sizeof *node);
@@ -332,7 +340,7 @@ static int fit_gbt(reg *r, const double *X, int m, int nf, double *res, int nt) 
       rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
       node[i] = (double)(rng >> 11) / 9007199254740992.0 < TREE_SUBSAMPLE ? 0 : -1;
     }
-    for (int d = 0; d < TREE_DEPTH; d++) {
+    for (int d = 0; d < depth; d++) {
       const int first = (1 << d) - 1, cnt = 1 << d;
       double S[TREE_LEAVES] = {0}, best[TREE_LEAVES];
       int N[TREE_LEAVES] = {0};
@@ -382,15 +390,15 @@ static int fit_gbt(reg *r, const double *X, int m, int nf, double *res, int nt) 
     int LN[TREE_LEAVES] = {0};
     for (int i = 0; i < m; i++)
       if (node[i] >= 0)
-        LS[node[i] - TREE_INNER] += res[i], LN[node[i] - TREE_INNER]++;
-    for (int k = 0; k < TREE_LEAVES; k++)
+        LS[node[i] - inner] += res[i], LN[node[i] - inner]++;
+    for (int k = 0; k < leaves; k++)
       g->leaf[k] = (float)(TREE_SHRINK * LS[k] / (LN[k] + TREE_LEAF_RIDGE));
     r->nt = t + 1;
     for (int i = 0; i < m; i++) {
       int nd = 0;
-      for (int d = 0; d < TREE_DEPTH; d++)
+      for (int d = 0; d < depth; d++)
         nd = 2 * nd + 1 + (X[(size_t)i * nf + g->f[nd]] > g->thr[nd]);
-      res[i] -= g->leaf[nd - TREE_INNER];
+      res[i] -= g->leaf[nd - inner];
     }
   }
   free(order), free(node);
@@ -839,26 +847,89 @@ static double median_of(double *v, int n) {
 static int fit_heads_and_prior(bt_predictor *p, const bt_profile *sets, int n_sets,
                                const unsigned char *use_row);
 
+/* One row of the host-time fit: a layer, its batch and its host seconds per
+ * pass (the median over the base-host sets, or a host corpus's own figure). */
+typedef struct host_row {
+  const bt_layer *layer;
+  int batch;
+  double t[2];
+} host_row;
+
+static int cmp_entry_key(const void *a, const void *b) {
+  const bt_profile_entry *x = *(const bt_profile_entry *const *)a;
+  const bt_profile_entry *y = *(const bt_profile_entry *const *)b;
+  int c = strcmp(x->spec, y->spec);
+  return c ? c : (x->batch > y->batch) - (x->batch < y->batch);
+}
+
+static int check_corpus(const bt_profile *c, const char *base_arch, int k, bt_err *err) {
+  if (strcmp(c->device, "host") != 0 || c->threads > 1 || strcmp(c->blis_arch, base_arch) != 0)
+    return bt_err_set(err,
+                      "host corpus %d (device '%s', BLIS %s, %d threads) was not timed on the "
+                      "base host (device host, BLIS %s, 1 thread); profile it with "
+                      "'baton profile --device host --seed S' on the same kernels",
+                      k, c->device, c->blis_arch, c->threads, base_arch);
+  return 0;
+}
+
+/* The rows of the host-time fit: the corpus rows in use with their median
+ * host times hf/hb, then every "random" row of the host corpora whose layer
+ * and batch the corpus does not hold (so that rows held out of a
+ * cross-validation stay out of the fit). Returns the count or -1. */
+static int collect_host_rows(const bt_profile *corpus, const unsigned char *use_row,
+                             const double *hf, const double *hb, const bt_profile *extra,
+                             int n_extra, host_row **out) {
+  const int n = corpus->n;
+  long cap = n;
+  for (int k = 0; k < n_extra; k++)
+    cap += extra[k].n;
+  host_row *r = malloc((size_t)cap * sizeof *r);
+  const bt_profile_entry **keys = malloc((size_t)(n > 0 ? n : 1) * sizeof *keys);
+  if (!r || !keys) {
+    free(r), free(keys);
+    return -1;
+  }
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    keys[i] = &corpus->e[i];
+    if (!use_row || use_row[i])
+      r[m++] = (host_row){&corpus->e[i].layer, corpus->e[i].batch, {hf[i], hb[i]}};
+  }
+  qsort(keys, (size_t)n, sizeof *keys, cmp_entry_key);
+  for (int k = 0; k < n_extra; k++)
+    for (int i = 0; i < extra[k].n; i++) {
+      const bt_profile_entry *e = &extra[k].e[i];
+      if (strcmp(e->source, "random") != 0 ||
+          bsearch(&e, keys, (size_t)n, sizeof *keys, cmp_entry_key))
+        continue;
+      r[m++] = (host_row){&e->layer, e->batch, {e->host_fwd, e->host_bwd}};
+    }
+  free(keys);
+  *out = r;
+  return m;
+}
+
 int bt_predictor_fit(const bt_profile *sets, const char *const *names, int n_sets,
                      const unsigned char *use_row, const bt_predictor_options *opt,
                      bt_predictor **out, bt_err *err) {
+  return bt_predictor_fit_ex(sets, names, n_sets, use_row, NULL, 0, opt, out, err);
+}
+
+int bt_predictor_fit_ex(const bt_profile *sets, const char *const *names, int n_sets,
+                        const unsigned char *use_row, const bt_profile *host_corpora, int n_corpora,
+                        const bt_predictor_options *opt, bt_predictor **out, bt_err *err) {
   *out = NULL;
   gsl_set_error_handler_off();
   if (n_sets < 1)
     return bt_err_set(err, "the predictor needs at least one profiling set");
   if (n_sets > BT_PRED_DEVICES_MAX)
     return bt_err_set(err, "at most %d profiling sets", BT_PRED_DEVICES_MAX);
+  if (n_corpora < 0 || (n_corpora > 0 && !host_corpora))
+    return bt_err_set(err, "bt_predictor_fit_ex: %d host corpora without an array", n_corpora);
   for (int k = 1; k < n_sets; k++)
     if (same_corpus(&sets[0], &sets[k], names ? names[0] : sets[0].device,
                     names ? names[k] : sets[k].device, err) < 0)
       return -1;
-  bt_predictor *p = calloc(1, sizeof *p);
-  if (!p)
-    return bt_err_set(err, "out of memory");
-  if (opt)
-    p->opt = *opt;
-  else
-    bt_predictor_default_options(&p->opt);
   /* The base host: the most common BLIS arch among single-thread sets. */
   int base = -1, best = 0;
   for (int k = 0; k < n_sets; k++) {
@@ -870,20 +941,55 @@ int bt_predictor_fit(const bt_profile *sets, const char *const *names, int n_set
   }
   if (base < 0)
     base = 0;
+  for (int k = 0; k < n_corpora; k++)
+    if (check_corpus(&host_corpora[k], sets[base].blis_arch, k, err) < 0)
+      return -1;
+  bt_predictor *p = calloc(1, sizeof *p);
+  if (!p)
+    return bt_err_set(err, "out of memory");
+  if (opt)
+    p->opt = *opt;
+  else
+    bt_predictor_default_options(&p->opt);
+  if (p->opt.tree_depth < 1 || p->opt.tree_depth > TREE_MAX_DEPTH) {
+    const int d = p->opt.tree_depth;
+    free(p);
+    return bt_err_set(err, "predictor: tree depth %d is out of range 1..%d", d, TREE_MAX_DEPTH);
+  }
+  const int n = sets[0].n;
   int *from = malloc((size_t)n_sets * sizeof *from), nb = 0;
   double *tmp = malloc((size_t)(n_sets + 1) * sizeof *tmp);
-  const int n = sets[0].n;
   double *hf = malloc((size_t)n * sizeof *hf), *hb = malloc((size_t)n * sizeof *hb);
-  double *X = malloc((size_t)n * MAXF * sizeof *X), *y = malloc((size_t)n * sizeof *y);
-  double *Xt = malloc((size_t)n * MAXT * sizeof *Xt), *res = malloc((size_t)n * sizeof *res);
-  if (!from || !tmp || !hf || !hb || !X || !y || !Xt || !res) {
-    free(from), free(tmp), free(hf), free(hb), free(X), free(y), free(Xt), free(res), free(p);
+  host_row *rows = NULL;
+  double *X = NULL, *y = NULL, *Xt = NULL, *res = NULL;
+  int nr = -1;
+  if (from && tmp && hf && hb) {
+    for (int k = 0; k < n_sets; k++)
+      if (sets[k].threads <= 1 && strcmp(sets[k].blis_arch, sets[base].blis_arch) == 0)
+        from[nb++] = k;
+    for (int i = 0; i < n; i++) {
+      for (int j = 0; j < nb; j++)
+        tmp[j] = sets[from[j]].e[i].host_fwd;
+      hf[i] = median_of(tmp, nb);
+      for (int j = 0; j < nb; j++)
+        tmp[j] = sets[from[j]].e[i].host_bwd;
+      hb[i] = median_of(tmp, nb);
+    }
+    nr = collect_host_rows(&sets[0], use_row, hf, hb, host_corpora, n_corpora, &rows);
+  }
+  if (nr >= 0) {
+    const size_t nx = nr > 0 ? (size_t)nr : 1;
+    X = malloc(nx * MAXF * sizeof *X), y = malloc(nx * sizeof *y);
+    Xt = malloc(nx * MAXT * sizeof *Xt), res = malloc(nx * sizeof *res);
+  }
+#define FIT_FREE()                                                                                 \
+  free(from), free(tmp), free(hf), free(hb), free(rows), free(X), free(y), free(Xt), free(res)
+  if (nr < 0 || !X || !y || !Xt || !res) {
+    FIT_FREE();
+    free(p);
     return bt_err_set(err, "out of memory");
   }
-  for (int k = 0; k < n_sets; k++)
-    if (sets[k].threads <= 1 && strcmp(sets[k].blis_arch, sets[base].blis_arch) == 0)
-      from[nb++] = k;
-  /* Host rates and per-row host times: medians over the base-host sets. */
+  /* Host rates: medians over the base-host sets. */
   for (int j = 0; j < nb; j++)
     tmp[j] = sets[from[j]].host.sgemm_gflops;
   p->hostr.sgemm_gflops = median_of(tmp, nb);
@@ -891,31 +997,24 @@ int bt_predictor_fit(const bt_profile *sets, const char *const *names, int n_set
     tmp[j] = sets[from[j]].host.mem_gbs;
   p->hostr.mem_gbs = median_of(tmp, nb);
   if (bt_host_as_device(&p->hostr, &p->host, err) < 0) {
-    free(from), free(tmp), free(hf), free(hb), free(X), free(y), free(Xt), free(res), free(p);
+    FIT_FREE();
+    free(p);
     return -1;
-  }
-  for (int i = 0; i < n; i++) {
-    for (int j = 0; j < nb; j++)
-      tmp[j] = sets[from[j]].e[i].host_fwd;
-    hf[i] = median_of(tmp, nb);
-    for (int j = 0; j < nb; j++)
-      tmp[j] = sets[from[j]].e[i].host_bwd;
-    hb[i] = median_of(tmp, nb);
   }
   p->resid_corr[0] = p->resid_corr[1] = 1;
   for (int pass = 0; pass < 2; pass++) {
     for (int g = 0; g < N_GROUPS; g++) {
       int m = 0, nf = 0, ntf = 0;
-      for (int i = 0; i < n; i++) {
-        const bt_layer *l = &sets[0].e[i].layer;
-        if ((use_row && !use_row[i]) || group_of(l->kind) != g)
+      for (int i = 0; i < nr; i++) {
+        const bt_layer *l = rows[i].layer;
+        if (group_of(l->kind) != g)
           continue;
-        nf = features(l, sets[0].e[i].batch, pass, X + (size_t)m * MAXF);
-        ntf = tree_features(l, sets[0].e[i].batch, pass, Xt + (size_t)m * MAXT);
-        y[m++] = log(pass ? hb[i] : hf[i]);
+        nf = features(l, rows[i].batch, pass, X + (size_t)m * MAXF);
+        ntf = tree_features(l, rows[i].batch, pass, Xt + (size_t)m * MAXT);
+        y[m++] = log(rows[i].t[pass]);
       }
       if (nf >= MAXF || ntf > MAXT) { /* a feature list outgrew its arrays */
-        free(from), free(tmp), free(hf), free(hb), free(X), free(y), free(Xt), free(res);
+        FIT_FREE();
         bt_predictor_free(p);
         return bt_err_set(err, "predictor: %d regression / %d tree features exceed %d / %d", nf,
                           ntf, MAXF - 1, MAXT);
@@ -942,8 +1041,8 @@ int bt_predictor_fit(const bt_profile *sets, const char *const *names, int n_set
       if (r->fitted && p->opt.trees > 0) {
         for (int i = 0; i < m; i++)
           res[i] = y[i] - reg_eval(r, X + (size_t)i * nf) - knn_correction(r, X + (size_t)i * nf);
-        if (fit_gbt(r, Xt, m, ntf, res, p->opt.trees) < 0) {
-          free(from), free(tmp), free(hf), free(hb), free(X), free(y), free(Xt), free(res);
+        if (fit_gbt(r, Xt, m, ntf, res, p->opt.trees, p->opt.tree_depth) < 0) {
+          FIT_FREE();
           bt_predictor_free(p);
           return bt_err_set(err, "out of memory fitting the boosted trees");
         }
@@ -952,11 +1051,11 @@ int bt_predictor_fit(const bt_profile *sets, const char *const *names, int n_set
     /* Residual blocks: one composition factor per pass (geometric mean). */
     double s = 0;
     int m = 0;
-    for (int i = 0; i < n; i++) {
-      const bt_layer *l = &sets[0].e[i].layer;
-      if ((use_row && !use_row[i]) || l->kind != BT_RESIDUAL)
+    for (int i = 0; i < nr; i++) {
+      const bt_layer *l = rows[i].layer;
+      if (l->kind != BT_RESIDUAL)
         continue;
-      s += log(pass ? hb[i] : hf[i]) - log(host_time(p, l, sets[0].e[i].batch, pass));
+      s += log(rows[i].t[pass]) - log(host_time(p, l, rows[i].batch, pass));
       m++;
     }
     p->resid_corr[pass] = m ? exp(s / m) : 1;
@@ -965,22 +1064,23 @@ int bt_predictor_fit(const bt_profile *sets, const char *const *names, int n_set
     reg *rr = &p->hr[BT_RESIDUAL][pass];
     int ntf = 0;
     m = 0;
-    for (int i = 0; i < n && p->opt.trees > 0; i++) {
-      const bt_layer *l = &sets[0].e[i].layer;
-      if ((use_row && !use_row[i]) || l->kind != BT_RESIDUAL)
+    for (int i = 0; i < nr && p->opt.trees > 0; i++) {
+      const bt_layer *l = rows[i].layer;
+      if (l->kind != BT_RESIDUAL)
         continue;
-      ntf = tree_features(l, sets[0].e[i].batch, pass, Xt + (size_t)m * MAXT);
-      res[m++] = log(pass ? hb[i] : hf[i]) - log(host_time(p, l, sets[0].e[i].batch, pass));
+      ntf = tree_features(l, rows[i].batch, pass, Xt + (size_t)m * MAXT);
+      res[m++] = log(rows[i].t[pass]) - log(host_time(p, l, rows[i].batch, pass));
     }
     for (int i = 0; i < m; i++)
       memmove(Xt + (size_t)i * ntf, Xt + (size_t)i * MAXT, (size_t)ntf * sizeof *Xt);
-    if (m > 0 && fit_gbt(rr, Xt, m, ntf, res, p->opt.trees) < 0) {
-      free(from), free(tmp), free(hf), free(hb), free(X), free(y), free(Xt), free(res);
+    if (m > 0 && fit_gbt(rr, Xt, m, ntf, res, p->opt.trees, p->opt.tree_depth) < 0) {
+      FIT_FREE();
       bt_predictor_free(p);
       return bt_err_set(err, "out of memory fitting the boosted trees");
     }
   }
-  free(from), free(tmp), free(hf), free(hb), free(X), free(y), free(Xt), free(res);
+  FIT_FREE();
+#undef FIT_FREE
   p->n_dev = n_sets;
   for (int k = 0; k < n_sets; k++)
     snprintf(p->dev[k].name, sizeof p->dev[k].name, "%s", names ? names[k] : sets[k].device);
@@ -1124,6 +1224,58 @@ static int device_slot(bt_predictor *p, const char *device, bt_err *err) {
   return k;
 }
 
+/* How far a few probes may pull a new head from the population prior: the
+ * prior covariance times the scale (of ADAPT_SCALES) whose leave-one-layer-
+ * out error over the probes is smallest (empirical Bayes by cross-
+ * validation). Ten probes cannot pin ten parameters down; a scale too wide
+ * fits the probes and misses every other layer (a real host variant after
+ * 10 probes was worse than after none), one too narrow ignores the device.
+ * Fewer than ADAPT_CV_MIN probe layers: scale 1. */
+static const double ADAPT_SCALES[] = {0.03, 0.1, 0.3, 1.0, 3.0};
+enum { ADAPT_CV_MIN = 4, ADAPT_CV_ITERS = 40 };
+
+static double adapt_prior_scale(const bt_predictor *p, const fsample *s, int n, const double *mu,
+                                const double *prec) {
+  /* Groups: the samples of one probe layer (consecutive with the same ops). */
+  int *grp = malloc((size_t)n * sizeof *grp), ng = 0;
+  fsample *train = malloc((size_t)n * sizeof *train);
+  if (!grp || !train) {
+    free(grp), free(train);
+    return 1.0;
+  }
+  for (int i = 0; i < n; i++) {
+    const int same = i > 0 && s[i].n_ops == s[i - 1].n_ops && s[i].raw == s[i - 1].raw &&
+                     memcmp(s[i].ops, s[i - 1].ops, sizeof s[i].ops[0] * (size_t)s[i].n_ops) == 0;
+    grp[i] = same ? ng - 1 : ng++;
+  }
+  double best = 1.0, best_err = INFINITY;
+  for (size_t q = 0; ng >= ADAPT_CV_MIN && q < sizeof ADAPT_SCALES / sizeof *ADAPT_SCALES; q++) {
+    double pr[NP * NP], e = 0;
+    for (int a = 0; a < NP * NP; a++)
+      pr[a] = prec[a] / ADAPT_SCALES[q];
+    for (int g = 0; g < ng; g++) {
+      int m = 0;
+      for (int i = 0; i < n; i++)
+        if (grp[i] != g)
+          train[m++] = s[i];
+      double th[NP];
+      memcpy(th, mu, sizeof th);
+      map_fit(p, train, m, mu, pr, th, NULL, ADAPT_CV_ITERS);
+      bt_device d;
+      theta_device(p, th, &d);
+      for (int i = 0; i < n; i++)
+        if (grp[i] == g) {
+          const double r = log(head_time(p, &d, th, &s[i])) - s[i].logy;
+          e += fmin(r * r, 1.0); /* one wild probe must not decide alone */
+        }
+    }
+    if (e < best_err)
+      best_err = e, best = ADAPT_SCALES[q];
+  }
+  free(grp), free(train);
+  return best;
+}
+
 int bt_predictor_adapt(bt_predictor *p, const char *device, const bt_pred_sample *probes, int n,
                        bt_err *err) {
   gsl_set_error_handler_off();
@@ -1145,6 +1297,9 @@ int bt_predictor_adapt(bt_predictor *p, const char *device, const bt_pred_sample
     free(s);
     return bt_err_set(err, "predictor: out of memory or singular prior");
   }
+  const double scale = adapt_prior_scale(p, s, n, mu, prec);
+  for (int a = 0; a < NP * NP; a++)
+    prec[a] /= scale;
   map_fit(p, s, n, mu, prec, h->th, h->P, 100);
   free(s);
   return k;
@@ -1266,8 +1421,8 @@ int bt_predictor_save(const bt_predictor *p, const char *path, bt_err *err) {
   if (!f)
     return bt_err_set(err, "%s: cannot write the predictor file", path);
   fprintf(f, "%s %d\n", BT_PREDICTOR_FORMAT, BT_PREDICTOR_VERSION);
-  fprintf(f, "options %.17g %.17g %.17g %.17g %d %d\n", p->opt.sigma, p->opt.forget, p->opt.process,
-          p->opt.ridge, p->opt.linear_head, p->opt.trees);
+  fprintf(f, "options %.17g %.17g %.17g %.17g %d %d %d\n", p->opt.sigma, p->opt.forget,
+          p->opt.process, p->opt.ridge, p->opt.linear_head, p->opt.trees, p->opt.tree_depth);
   fprintf(f, "host %.17g %.17g\n", p->hostr.sgemm_gflops, p->hostr.mem_gbs);
   put_vec(f, "resid", p->resid_corr, 2);
   for (int g = 0; g < N_GROUPS; g++)
@@ -1283,12 +1438,12 @@ int bt_predictor_save(const bt_predictor *p, const char *path, bt_err *err) {
           fprintf(f, " %.6g", (double)r->kx[(size_t)i * r->nf + j]);
         fprintf(f, " %.6g\n", (double)r->kr[i]);
       }
-      fprintf(f, " trees %d %d\n", r->nt, r->ntf);
+      fprintf(f, " trees %d %d %d\n", r->nt, r->ntf, r->depth);
       for (int t = 0; t < r->nt; t++) {
         const gtree *tg = &r->tr[t];
-        for (int j = 0; j < TREE_INNER; j++)
+        for (int j = 0; j < (1 << r->depth) - 1; j++)
           fprintf(f, " %d %.9g", tg->f[j], (double)tg->thr[j]);
-        for (int j = 0; j < TREE_LEAVES; j++)
+        for (int j = 0; j < 1 << r->depth; j++)
           fprintf(f, " %.6g", (double)tg->leaf[j]);
         fprintf(f, "\n");
       }
@@ -1328,8 +1483,9 @@ int bt_predictor_load(const char *path, bt_predictor **out, bt_err *err) {
   int ver = 0, ok = p != NULL;
   ok = ok && fscanf(f, " %31s %d", fmt, &ver) == 2 && strcmp(fmt, BT_PREDICTOR_FORMAT) == 0 &&
        ver == BT_PREDICTOR_VERSION;
-  ok = ok && fscanf(f, " options %lf %lf %lf %lf %d %d", &p->opt.sigma, &p->opt.forget,
-                    &p->opt.process, &p->opt.ridge, &p->opt.linear_head, &p->opt.trees) == 6;
+  ok = ok && fscanf(f, " options %lf %lf %lf %lf %d %d %d", &p->opt.sigma, &p->opt.forget,
+                    &p->opt.process, &p->opt.ridge, &p->opt.linear_head, &p->opt.trees,
+                    &p->opt.tree_depth) == 7;
   ok = ok && p->opt.sigma > 0 && p->opt.forget > 0 && p->opt.forget <= 1 && p->opt.process >= 0;
   ok = ok && fscanf(f, " host %lf %lf", &p->hostr.sgemm_gflops, &p->hostr.mem_gbs) == 2;
   ok = ok && bt_host_as_device(&p->hostr, &p->host, err) == 0;
@@ -1365,21 +1521,22 @@ int bt_predictor_load(const char *path, bt_predictor **out, bt_err *err) {
       }
       r->nk = ok ? nk : 0;
     }
-    int nt = -1, ntf = -1;
-    ok = ok && fscanf(f, " trees %d %d", &nt, &ntf) == 2 && nt >= 0 && nt <= 100000 && ntf >= 0 &&
-         ntf <= MAXT;
+    int nt = -1, ntf = -1, depth = -1;
+    ok = ok && fscanf(f, " trees %d %d %d", &nt, &ntf, &depth) == 3 && nt >= 0 && nt <= 100000 &&
+         ntf >= 0 && ntf <= MAXT && depth >= (nt > 0) && depth <= TREE_MAX_DEPTH;
+    r->depth = ok ? depth : 0;
     if (ok && nt > 0) {
       r->tr = calloc((size_t)nt, sizeof *r->tr);
       ok = r->tr != NULL;
       for (int t = 0; ok && t < nt; t++) {
         gtree *tg = &r->tr[t];
-        for (int j = 0; ok && j < TREE_INNER; j++) {
+        for (int j = 0; ok && j < (1 << depth) - 1; j++) {
           int fj = -1;
           ok = fscanf(f, " %d %f", &fj, &tg->thr[j]) == 2 && fj >= 0 && fj < ntf &&
                !isnan(tg->thr[j]);
           tg->f[j] = (unsigned char)(ok ? fj : 0);
         }
-        for (int j = 0; ok && j < TREE_LEAVES; j++)
+        for (int j = 0; ok && j < 1 << depth; j++)
           ok = fscanf(f, " %f", &tg->leaf[j]) == 1 && isfinite(tg->leaf[j]);
       }
       r->nt = ok ? nt : 0;

@@ -4,6 +4,7 @@
 #include "baton/profile.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -854,4 +855,85 @@ void bt_profile_free(bt_profile *p) {
     bt_layer_release(&p->e[i].layer);
   free(p->e);
   memset(p, 0, sizeof *p);
+}
+
+/* ---- directories of profiling sets ------------------------------------------ */
+
+static int cmp_file_name(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bt_profile_role role_of(const char *name, const bt_profile *p) {
+  if (strncmp(name, "corpus-", 7) == 0)
+    return BT_PROFILE_CORPUS;
+  if (strcmp(p->device, "host") == 0 && strcmp(name, "host") != 0)
+    return BT_PROFILE_VARIANT;
+  return BT_PROFILE_DEVICE;
+}
+
+int bt_profile_dir_read(const char *dir, bt_profile_dir *out, bt_err *err) {
+  memset(out, 0, sizeof *out);
+  DIR *d = opendir(dir);
+  if (!d)
+    return bt_err_set(err, "%s: no such directory of profiling sets", dir);
+  char *files[256];
+  int nf = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) && nf < 256) {
+    size_t len = strlen(de->d_name);
+    if (len > 3 && strcmp(de->d_name + len - 3, ".h5") == 0 && (files[nf] = strdup(de->d_name)))
+      nf++;
+  }
+  closedir(d);
+  qsort(files, (size_t)nf, sizeof *files, cmp_file_name);
+  out->sets = calloc((size_t)nf + 1, sizeof *out->sets);
+  out->names = calloc((size_t)nf + 1, sizeof *out->names);
+  out->role = calloc((size_t)nf + 1, sizeof *out->role);
+  int rc = out->sets && out->names && out->role ? 0 : bt_err_set(err, "out of memory");
+  int n_dev = 0;
+  for (int i = 0; i < nf; i++) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+    if (rc == 0 && bt_profile_read(path, &out->sets[out->n], err) == 0) {
+      files[i][strlen(files[i]) - 3] = '\0';
+      out->names[out->n] = files[i];
+      out->role[out->n] = role_of(files[i], &out->sets[out->n]);
+      n_dev += out->role[out->n] == BT_PROFILE_DEVICE;
+      out->n++;
+    } else {
+      rc = -1;
+      free(files[i]);
+    }
+  }
+  if (rc == 0 && n_dev == 0)
+    rc = bt_err_set(err,
+                    "%s: no device profiling sets (*.h5); make them with 'baton profile' or "
+                    "experiments/predictor/profile-all.sh",
+                    dir);
+  if (rc < 0)
+    bt_profile_dir_free(out);
+  return rc;
+}
+
+int bt_profile_dir_select(const bt_profile_dir *d, bt_profile_role role, bt_profile *sets,
+                          const char **names, int max) {
+  int m = 0;
+  for (int i = 0; i < d->n && m < max; i++)
+    if (d->role[i] == role) {
+      if (sets)
+        sets[m] = d->sets[i];
+      if (names)
+        names[m] = d->names[i];
+      m++;
+    }
+  return m;
+}
+
+void bt_profile_dir_free(bt_profile_dir *d) {
+  for (int i = 0; i < d->n; i++) {
+    bt_profile_free(&d->sets[i]);
+    free(d->names[i]);
+  }
+  free(d->sets), free(d->names), free(d->role);
+  memset(d, 0, sizeof *d);
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "baton/device.h"
@@ -27,10 +28,10 @@ enum { N_DEVS = 5 };
 static double scatter(int i, int pass) { return 1.0 + 0.02 * sin(1.7 * i + 0.9 * pass); }
 
 /* A synthetic profiling set of `dev` (NULL: the host) over the corpus. */
-static void synth(bt_profile *p, const char *dev, int n_random) {
+static void synth_seed(bt_profile *p, const char *dev, int n_random, uint64_t seed) {
   bt_err err = {{0}};
   memset(p, 0, sizeof *p);
-  cr_assert_eq(bt_profile_corpus(p, 1, n_random, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_profile_corpus(p, seed, n_random, &err), 0, "%s", err.msg);
   p->host.sgemm_gflops = 100;
   p->host.mem_gbs = 20;
   p->threads = 1;
@@ -57,6 +58,8 @@ static void synth(bt_profile *p, const char *dev, int n_random) {
             : e->host_bwd;
   }
 }
+
+static void synth(bt_profile *p, const char *dev, int n_random) { synth_seed(p, dev, n_random, 1); }
 
 static void tmp_path(char *buf, size_t len, const char *name) {
   snprintf(buf, len, "/tmp/bt_pred_%d_%s", (int)getpid(), name);
@@ -555,4 +558,117 @@ Test(predictor, a_real_cpu_with_slower_gemms_is_learnt_from_ten_probes) {
                 n[0]);
   bt_predictor_free(p);
   free_world(&w);
+}
+
+/* Mean log ratio of the predicted host time to `scale` x the analytic host
+ * time over the "random" rows of set c: 0 when the host model follows c. */
+static double host_log_bias(const bt_predictor *p, const bt_profile *c, double scale) {
+  double s = 0;
+  int n = 0;
+  for (int i = 0; i < c->n; i++)
+    if (strcmp(c->e[i].source, "random") == 0)
+      for (int pass = 0; pass < 2; pass++, n++)
+        s += log(bt_predictor_host_time(p, &c->e[i].layer, c->e[i].batch, pass) /
+                 (scale * (pass ? c->e[i].host_bwd : c->e[i].host_fwd)));
+  return s / n;
+}
+
+static void scale_host_times(bt_profile *c, double f) {
+  for (int i = 0; i < c->n; i++) {
+    c->e[i].host_fwd *= f, c->e[i].host_bwd *= f;
+    c->e[i].fwd = c->e[i].host_fwd, c->e[i].bwd = c->e[i].host_bwd;
+  }
+}
+
+Test(predictor, host_corpora_join_the_host_model_only_with_new_layers) {
+  world w;
+  make_world(&w);
+  bt_err err = {{0}};
+  bt_predictor *plain, *with;
+  cr_assert_eq(bt_predictor_fit(w.s, w.names, N_DEVS + 1, NULL, NULL, &plain, &err), 0, "%s",
+               err.msg);
+  /* A corpus of other random layers whose host times are all 2x: the host
+   * model moves towards it (it holds most of the random rows). */
+  bt_profile c;
+  synth_seed(&c, NULL, 400, 2);
+  scale_host_times(&c, 2.0);
+  cr_assert_eq(bt_predictor_fit_ex(w.s, w.names, N_DEVS + 1, NULL, &c, 1, NULL, &with, &err), 0,
+               "%s", err.msg);
+  const double b_plain = host_log_bias(plain, &c, 0.5), b_with = host_log_bias(with, &c, 0.5);
+  cr_assert_lt(fabs(b_plain), 0.1, "without the corpus: bias %.3f", b_plain);
+  cr_assert_gt(b_with, 0.3, "with a 2x corpus the host model should move: bias %.3f", b_with);
+  cr_assert_eq(bt_predictor_n_devices(with), N_DEVS + 1, "a corpus gets no head");
+  bt_predictor_free(with);
+  bt_profile_free(&c);
+  /* A corpus of the main corpus's own layers (relabelled random) adds
+   * nothing: every row is a duplicate, so the fit is the plain one. */
+  bt_profile dup;
+  synth(&dup, NULL, 60);
+  scale_host_times(&dup, 2.0);
+  for (int i = 0; i < dup.n; i++)
+    snprintf(dup.e[i].source, sizeof dup.e[i].source, "random");
+  cr_assert_eq(bt_predictor_fit_ex(w.s, w.names, N_DEVS + 1, NULL, &dup, 1, NULL, &with, &err), 0,
+               "%s", err.msg);
+  for (int i = 0; i < w.s[0].n; i++)
+    for (int pass = 0; pass < 2; pass++) {
+      const bt_profile_entry *e = &w.s[0].e[i];
+      cr_assert_eq(bt_predictor_predict_dev(with, 0, &e->layer, e->batch, pass),
+                   bt_predictor_predict_dev(plain, 0, &e->layer, e->batch, pass), "row %d", i);
+    }
+  bt_predictor_free(with);
+  /* A corpus timed on another host is refused. */
+  dup.threads = 2;
+  cr_assert_lt(bt_predictor_fit_ex(w.s, w.names, N_DEVS + 1, NULL, &dup, 1, NULL, &with, &err), 0);
+  cr_assert(strstr(err.msg, "base host") && strstr(err.msg, "2 threads"), "%s", err.msg);
+  bt_profile_free(&dup);
+  bt_predictor_free(plain);
+  free_world(&w);
+}
+
+Test(predictor, a_directory_of_sets_is_sorted_into_roles) {
+  char dir[256], path[320];
+  tmp_path(dir, sizeof dir, "dir");
+  cr_assert_eq(mkdir(dir, 0700), 0);
+  bt_err err = {{0}};
+  bt_profile d, h;
+  synth(&d, "rpi4", 10);
+  synth(&h, NULL, 10);
+  const char *files[] = {"rpi4.h5", "host.h5", "host-haswell.h5", "corpus-a.h5"};
+  for (int i = 0; i < 4; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+    cr_assert_eq(bt_profile_write(i == 0 ? &d : &h, path, &err), 0, "%s", err.msg);
+  }
+  bt_profile_dir sd;
+  cr_assert_eq(bt_profile_dir_read(dir, &sd, &err), 0, "%s", err.msg);
+  cr_assert_eq(sd.n, 4);
+  bt_profile sel[4];
+  const char *names[4];
+  cr_assert_eq(bt_profile_dir_select(&sd, BT_PROFILE_DEVICE, sel, names, 4), 2);
+  cr_assert_str_eq(names[0], "host");
+  cr_assert_str_eq(names[1], "rpi4");
+  cr_assert_eq(bt_profile_dir_select(&sd, BT_PROFILE_VARIANT, sel, names, 4), 1);
+  cr_assert_str_eq(names[0], "host-haswell");
+  cr_assert_eq(bt_profile_dir_select(&sd, BT_PROFILE_CORPUS, sel, names, 4), 1);
+  cr_assert_str_eq(names[0], "corpus-a");
+  bt_profile_dir_free(&sd);
+  /* A bad file is an error naming it; a directory of corpora only has no device. */
+  snprintf(path, sizeof path, "%s/rpi4.h5", dir);
+  FILE *f = fopen(path, "w");
+  fputs("junk", f);
+  fclose(f);
+  cr_assert_lt(bt_profile_dir_read(dir, &sd, &err), 0);
+  cr_assert(strstr(err.msg, "rpi4.h5"), "%s", err.msg);
+  for (int i = 0; i < 3; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+    unlink(path);
+  }
+  cr_assert_lt(bt_profile_dir_read(dir, &sd, &err), 0);
+  cr_assert(strstr(err.msg, "no device profiling sets"), "%s", err.msg);
+  snprintf(path, sizeof path, "%s/%s", dir, files[3]);
+  unlink(path);
+  rmdir(dir);
+  cr_assert_lt(bt_profile_dir_read(dir, &sd, &err), 0);
+  cr_assert(strstr(err.msg, "no such directory"), "%s", err.msg);
+  bt_profile_free(&d);
+  bt_profile_free(&h);
 }

@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
 # Regenerates the shipped profiling sets of the latency predictor
 # (data/predictor/*.h5): every device profile of data/devices, the bare host,
-# and three real host variants that the evaluation treats as unseen devices
-# (BLIS haswell and generic kernel sets, two BLIS threads).
-#   experiments/predictor/profile-all.sh [REPEATS] [RANDOM] [PASSES]
+# three real host variants that the evaluation treats as unseen devices
+# (BLIS haswell and generic kernel sets, two BLIS threads), and a host corpus
+# of CORPUS further random layers (another seed) that only the host-time
+# model is fitted on (corpus-host.h5).
+#   experiments/predictor/profile-all.sh [REPEATS] [RANDOM] [PASSES] [CORPUS]
 # BATON=path picks the binary (default ./build/baton), OUT=dir the output
 # directory (default data/predictor). Each device is timed afresh (the host
 # noise of one set does not leak into another), PASSES times over the whole
 # corpus with REPEATS runs per layer and pass, the minimum kept: load bursts
 # of a shared host hit runs of consecutive layers, a later pass misses them.
-# About 1-2 minutes per device on this 2-core host (22 minutes in all).
+# Profile all sets in one session on a quiet machine: the host-time model
+# mixes them, and the speed of a shared VM drifts from day to day (sgemm
+# 165 GFLOP/s one day, 100 another on the same kind of machine).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 baton=${BATON:-./build/baton}
 repeats=${1:-4}
 random=${2:-700}
 passes=${3:-3}
+corpus=${4:-8000}
 out=${OUT:-data/predictor}
 mkdir -p "$out"
 export BLIS_NUM_THREADS=1
@@ -30,3 +35,7 @@ done
 "$baton" profile --device host --arch generic --out "$out/host-generic.h5" "${opts[@]}"
 BLIS_NUM_THREADS=2 "$baton" profile --device host --threads 2 --out "$out/host-threads2.h5" \
   "${opts[@]}"
+if [ "$corpus" -gt 0 ]; then
+  "$baton" profile --device host --seed 2 --random "$corpus" --out "$out/corpus-host.h5" \
+    --repeats "$repeats" --passes "$passes" --quiet
+fi

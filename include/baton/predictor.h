@@ -40,7 +40,7 @@
 #include "baton/profile.h"
 
 #define BT_PREDICTOR_FORMAT "baton-predictor"
-#define BT_PREDICTOR_VERSION 2
+#define BT_PREDICTOR_VERSION 3
 
 enum { BT_PRED_THETA = 10, BT_PRED_DEVICES_MAX = 64 };
 
@@ -63,8 +63,9 @@ typedef struct bt_predictor_options {
   int residual_memory; /* 1: add the nearest fitted layers' residuals to the host time
                         * (+2-3 points within 10%, but ~10x the prediction time and a
                         * 275 kB model file); default 0 */
-  int trees;           /* boosted regression trees (depth 3) on the host regressions'
-                        * log residuals, per kind group and pass (default 100; 0: none) */
+  int trees;           /* boosted regression trees on the host regressions' log
+                        * residuals, per kind group and pass (default 100; 0: none) */
+  int tree_depth;      /* their depth, 1..6 (default 5) */
 } bt_predictor_options;
 
 void bt_predictor_default_options(bt_predictor_options *o);
@@ -78,6 +79,15 @@ void bt_predictor_default_options(bt_predictor_options *o);
 int bt_predictor_fit(const bt_profile *sets, const char *const *names, int n_sets,
                      const unsigned char *use_row, const bt_predictor_options *opt,
                      bt_predictor **out, bt_err *err);
+/* The same, with host corpora: further sets timed on the base host (device
+ * "host", one thread, the base BLIS arch; another corpus --seed). Their
+ * "random" rows join the host-time model's fit only, with their own host
+ * times; rows whose layer and batch the main corpus holds are left out, so a
+ * cross-validation over the main corpus's rows stays out of fold. They get
+ * no head. A corpus not timed on the base host is an error. */
+int bt_predictor_fit_ex(const bt_profile *sets, const char *const *names, int n_sets,
+                        const unsigned char *use_row, const bt_profile *host_corpora, int n_corpora,
+                        const bt_predictor_options *opt, bt_predictor **out, bt_err *err);
 void bt_predictor_free(bt_predictor *p);
 
 /* Model file (text, ~200 kB with the default 100 trees per regression): save

@@ -104,4 +104,32 @@ int bt_profile_read(const char *path, bt_profile *p, bt_err *err);
 
 void bt_profile_free(bt_profile *p);
 
+/* What a profiling set in a directory is for, by its file name:
+ *   corpus-*.h5           a host corpus (more layers for the host-time model
+ *                         only, timed on the base host; bt_predictor_fit_ex)
+ *   NAME.h5, device host  a real host variant when NAME is not "host" (an
+ *                         unseen device in the evaluation; not fitted)
+ *   NAME.h5               otherwise the set of device NAME (fitted, a head) */
+typedef enum bt_profile_role {
+  BT_PROFILE_DEVICE,
+  BT_PROFILE_VARIANT,
+  BT_PROFILE_CORPUS
+} bt_profile_role;
+
+typedef struct bt_profile_dir {
+  int n;
+  bt_profile *sets; /* sorted by file name */
+  char **names;     /* file names without .h5 */
+  bt_profile_role *role;
+} bt_profile_dir;
+
+/* Reads every *.h5 of dir (at most 256); an unreadable set is an error
+ * naming it, and so is a directory without a device set. */
+int bt_profile_dir_read(const char *dir, bt_profile_dir *out, bt_err *err);
+/* The sets of one role as shallow copies (owned by d) and their names, in
+ * file-name order; returns the count (at most max). */
+int bt_profile_dir_select(const bt_profile_dir *d, bt_profile_role role, bt_profile *sets,
+                          const char **names, int max);
+void bt_profile_dir_free(bt_profile_dir *d);
+
 #endif

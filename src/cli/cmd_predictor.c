@@ -1,7 +1,6 @@
 /* baton predictor: fit the layer-latency predictor on profiling sets, evaluate
  * it (seen devices, held-out devices after k probes, real host variants,
  * baselines, a mid-run slowdown), and predict a model's layers. */
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,27 +21,29 @@ static void predictor_usage(FILE *f) {
           "       baton predictor predict --predictor FILE --device NAME --model M [--batch B]\n"
           "                               [--input HxWxC]\n\n"
           "  --data DIR      profiling sets *.h5 (default <data>/predictor); a set is named by\n"
-          "                  its file name; host-*.h5 are host variants (unseen devices in eval)\n"
+          "                  its file name; host-*.h5 are host variants (unseen devices in eval),\n"
+          "                  corpus-*.h5 host corpora (more layers for the host-time model)\n"
           "  --folds K       layer folds of the cross-validation (default 5)\n"
-          "  --train-fraction F  fit on this share of the training rows only (learning curve)\n"
+          "  --train-fraction F  fit on this share of the sets' training rows only (learning\n"
+          "                  curve; host corpora are used whole)\n"
           "  --linear-head   the comparison model: one time scale per device\n"
           "  --residual-memory  add the nearest fitted layers' residuals (slower, larger)\n"
           "  --trees N       boosted trees on the host regressions' residuals (default 100;\n"
-          "                  0: the regressions alone)\n");
+          "                  0: the regressions alone)\n"
+          "  --tree-depth D  their depth, 1..6 (default 5)\n");
 }
 
 /* ---- loading the sets ------------------------------------------------------ */
 
 typedef struct sets {
   int n;
-  bt_profile *p;
-  char **names;
+  bt_profile *p; /* shallow copies of dir's device sets and host variants */
+  const char **names;
   int *variant; /* a real host variant (unseen in eval) */
+  int n_corpora;
+  bt_profile *corpora; /* host corpora: host-model rows only (bt_predictor_fit_ex) */
+  bt_profile_dir dir;
 } sets;
-
-static int cmp_str(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
 
 static int cmp_dbl(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -50,54 +51,34 @@ static int cmp_dbl(const void *a, const void *b) {
 }
 
 static void sets_free(sets *s) {
-  for (int i = 0; i < s->n; i++) {
-    bt_profile_free(&s->p[i]);
-    free(s->names[i]);
-  }
-  free(s->p), free(s->names), free(s->variant);
+  bt_profile_dir_free(&s->dir);
+  free(s->p), free(s->names), free(s->variant), free(s->corpora);
   memset(s, 0, sizeof *s);
 }
 
 static int load_sets(const char *dir, sets *s, bt_err *err) {
   memset(s, 0, sizeof *s);
-  DIR *d = opendir(dir);
-  if (!d)
-    return bt_err_set(err, "%s: no such directory of profiling sets", dir);
-  char *files[256];
-  int nf = 0;
-  struct dirent *de;
-  while ((de = readdir(d)) && nf < 256) {
-    size_t len = strlen(de->d_name);
-    if (len > 3 && strcmp(de->d_name + len - 3, ".h5") == 0)
-      files[nf++] = strdup(de->d_name);
-  }
-  closedir(d);
-  if (nf == 0)
-    return bt_err_set(err,
-                      "%s: no profiling sets (*.h5); make them with 'baton profile' or "
-                      "experiments/predictor/profile-all.sh",
-                      dir);
-  qsort(files, (size_t)nf, sizeof *files, cmp_str);
-  s->p = calloc((size_t)nf, sizeof *s->p);
-  s->names = calloc((size_t)nf, sizeof *s->names);
-  s->variant = calloc((size_t)nf, sizeof *s->variant);
-  int rc = 0;
-  for (int i = 0; i < nf; i++) {
-    char path[4400];
-    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-    if (rc == 0 && bt_profile_read(path, &s->p[s->n], err) == 0) {
-      files[i][strlen(files[i]) - 3] = '\0';
-      s->names[s->n] = files[i];
-      s->variant[s->n] = strcmp(s->p[s->n].device, "host") == 0 && strcmp(files[i], "host") != 0;
-      s->n++;
-    } else {
-      rc = -1;
-      free(files[i]);
-    }
-  }
-  if (rc < 0)
+  if (bt_profile_dir_read(dir, &s->dir, err) < 0)
+    return -1;
+  const int n = s->dir.n;
+  s->p = calloc((size_t)n, sizeof *s->p);
+  s->names = calloc((size_t)n, sizeof *s->names);
+  s->variant = calloc((size_t)n, sizeof *s->variant);
+  s->corpora = calloc((size_t)n, sizeof *s->corpora);
+  if (!s->p || !s->names || !s->variant || !s->corpora) {
     sets_free(s);
-  return rc;
+    return bt_err_set(err, "out of memory");
+  }
+  for (int i = 0; i < n; i++) {
+    if (s->dir.role[i] == BT_PROFILE_CORPUS) {
+      s->corpora[s->n_corpora++] = s->dir.sets[i];
+      continue;
+    }
+    s->p[s->n] = s->dir.sets[i];
+    s->names[s->n] = s->dir.names[i];
+    s->variant[s->n++] = s->dir.role[i] == BT_PROFILE_VARIANT;
+  }
+  return 0;
 }
 
 /* ---- metrics ------------------------------------------------------------------ */
@@ -332,7 +313,8 @@ static int run_eval(eval_ctx *c, bt_err *err) {
       use[i] = c->fold[i] != f && c->keep[i];
     bt_predictor *pr;
     double t0 = bt_cli_now();
-    if (bt_predictor_fit(seen_sets, seen_names, n_seen, use, &c->opt, &pr, err) < 0) {
+    if (bt_predictor_fit_ex(seen_sets, seen_names, n_seen, use, S->corpora, S->n_corpora, &c->opt,
+                            &pr, err) < 0) {
       rc = -1;
       break;
     }
@@ -365,7 +347,8 @@ static int run_eval(eval_ctx *c, bt_err *err) {
       for (int i = 0; i < n; i++)
         use[i] = c->fold[i] != f && c->keep[i];
       bt_predictor *pr;
-      if (bt_predictor_fit(others, onames, no, use, &c->opt, &pr, err) < 0) {
+      if (bt_predictor_fit_ex(others, onames, no, use, S->corpora, S->n_corpora, &c->opt, &pr,
+                              err) < 0) {
         rc = -1;
         break;
       }
@@ -378,9 +361,16 @@ static int run_eval(eval_ctx *c, bt_err *err) {
   printf("baton predictor eval: %d profiling sets x %d layers x 2 passes; %d-fold "
          "cross-validation over layers (every figure is on layers left out of the fit); "
          "%d stages (zoo models at batch 8 and 32 cut into 1, 2, 4 parts); head: %s; "
-         "residual memory: %s; boosted trees: %d; training rows used: %.0f%%\n",
+         "residual memory: %s; boosted trees: %d of depth %d; training rows used: %.0f%%\n",
          D, n, c->folds, c->st.n, c->opt.linear_head ? "linear (one scale)" : "device model",
-         c->opt.residual_memory ? "on" : "off", c->opt.trees, 100 * c->train_fraction);
+         c->opt.residual_memory ? "on" : "off", c->opt.trees, c->opt.tree_depth,
+         100 * c->train_fraction);
+  long corpus_rows = 0;
+  for (int k = 0; k < S->n_corpora; k++)
+    corpus_rows += S->corpora[k].n;
+  printf("host corpora: %d (%ld layers; their random layers that the profiling sets do not "
+         "hold join every fit of the host model)\n",
+         S->n_corpora, corpus_rows);
   printf("one fit (host regressions + %d heads): %.2f s\n", n_seen, fit_seconds / c->folds);
   acc tot_seen[3] = {{0}};
   print_header("(a) seen devices (fitted on their own profiling sets)");
@@ -570,7 +560,7 @@ static int run_drift(sets *S, const bt_predictor_options *opt, bt_err *err) {
     if (!S->variant[k])
       seen[n_seen] = S->p[k], names[n_seen++] = S->names[k];
   bt_predictor *pr;
-  if (bt_predictor_fit(seen, names, n_seen, NULL, opt, &pr, err) < 0)
+  if (bt_predictor_fit_ex(seen, names, n_seen, NULL, S->corpora, S->n_corpora, opt, &pr, err) < 0)
     return -1;
   char data[4096];
   bt_cli_data_dir(data, sizeof data);
@@ -684,6 +674,14 @@ static int parse_common(int argc, char **argv, const char **dir, const char **ou
         return -1;
       }
       opt->trees = (int)x;
+    } else if (strcmp(a, "--tree-depth") == 0) {
+      char *end;
+      long x = strtol(v, &end, 10);
+      if (!*v || *end || x < 1 || x > 6) {
+        bt_cli_fail("predictor", "--tree-depth '%s': expected an integer in 1..6", v);
+        return -1;
+      }
+      opt->tree_depth = (int)x;
     } else if (strcmp(a, "--batch") == 0 || strcmp(a, "--folds") == 0) {
       char *end;
       long x = strtol(v, &end, 10);
@@ -753,7 +751,7 @@ int bt_cmd_predictor(int argc, char **argv) {
     if (strcmp(sub, "fit") == 0) {
       bt_predictor *pr;
       double t0 = bt_cli_now();
-      rc = bt_predictor_fit(S.p, (const char *const *)S.names, S.n, NULL, &opt, &pr, &err);
+      rc = bt_predictor_fit_ex(S.p, S.names, S.n, NULL, S.corpora, S.n_corpora, &opt, &pr, &err);
       if (rc == 0) {
         double dt = bt_cli_now() - t0;
         rc = bt_predictor_save(pr, out, &err);

@@ -2,7 +2,6 @@
  * partitioners; see planner.h. */
 #include "planner.h"
 
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -298,61 +297,6 @@ int cli_planner_init(cli_planner *pl, const bt_config *c, const bt_model *m, con
 
 /* ---- the predictor's view ---- */
 
-static int is_h5(const char *name) {
-  size_t n = strlen(name);
-  return n > 3 && strcmp(name + n - 3, ".h5") == 0;
-}
-
-static int cmp_name(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* The profiling sets of the devices (and the base host) in dir; real host
- * variants (device "host" under another name) are left out. */
-static int load_sets(const char *dir, bt_profile **sets, char ***names, int *n, bt_err *err) {
-  *sets = NULL, *names = NULL, *n = 0;
-  DIR *d = opendir(dir);
-  if (!d)
-    return bt_err_set(err, "%s: no directory of profiling sets for the predictor", dir);
-  char *files[256];
-  int nf = 0;
-  struct dirent *de;
-  while ((de = readdir(d)) && nf < 256)
-    if (is_h5(de->d_name))
-      files[nf++] = strdup(de->d_name);
-  closedir(d);
-  qsort(files, (size_t)nf, sizeof *files, cmp_name);
-  *sets = calloc((size_t)nf + 1, sizeof **sets);
-  *names = calloc((size_t)nf + 1, sizeof **names);
-  int rc = *sets && *names ? 0 : bt_err_set(err, "out of memory loading profiling sets");
-  for (int i = 0; i < nf; i++) {
-    char path[4400];
-    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-    files[i][strlen(files[i]) - 3] = 0;
-    if (rc == 0 && bt_profile_read(path, &(*sets)[*n], err) < 0)
-      rc = -1;
-    else if (rc == 0 && strcmp((*sets)[*n].device, "host") == 0 && strcmp(files[i], "host") != 0)
-      bt_profile_free(&(*sets)[*n]);
-    else if (rc == 0) {
-      (*names)[(*n)++] = files[i];
-      continue;
-    }
-    free(files[i]);
-  }
-  if (rc == 0 && *n == 0)
-    rc = bt_err_set(err, "%s: no profiling sets (*.h5); see experiments/predictor/profile-all.sh",
-                    dir);
-  return rc;
-}
-
-static void free_sets(bt_profile *sets, char **names, int n) {
-  for (int i = 0; i < n; i++) {
-    bt_profile_free(&sets[i]);
-    free(names[i]);
-  }
-  free(sets), free(names);
-}
-
 /* The predictor's row of device d (its head). */
 static void predict_row(const cli_planner *pl, int d, double *fwd, double *bwd) {
   const int dev = bt_predictor_device(pl->predictor, pl->head[d]);
@@ -524,18 +468,29 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
   const double t0 = bt_cli_now();
   char data[4096], dir[4200];
   snprintf(dir, sizeof dir, "%s/predictor", bt_cli_data_dir(data, sizeof data));
-  bt_profile *sets;
-  char **names;
-  int n;
-  int rc = load_sets(dir, &sets, &names, &n, err);
+  /* The device sets and the base host fit heads; host corpora add rows to
+   * the host-time model; real host variants are left out. */
+  bt_profile_dir sd;
+  int rc = bt_profile_dir_read(dir, &sd, err);
   bt_predictor *pr = NULL;
   bt_predictor_free(pl->predictor);
   pl->predictor = NULL;
   bt_predictor_options opt;
   bt_predictor_default_options(&opt);
-  if (rc == 0)
-    rc = bt_predictor_fit(sets, (const char *const *)names, n, NULL, &opt, &pr, err);
-  free_sets(sets, names, n);
+  if (rc == 0) {
+    bt_profile *sets = calloc((size_t)sd.n, sizeof *sets);
+    bt_profile *corpora = calloc((size_t)sd.n, sizeof *corpora);
+    const char **names = calloc((size_t)sd.n, sizeof *names);
+    if (!sets || !corpora || !names)
+      rc = bt_err_set(err, "out of memory loading profiling sets");
+    if (rc == 0) {
+      const int n = bt_profile_dir_select(&sd, BT_PROFILE_DEVICE, sets, names, sd.n);
+      const int nc = bt_profile_dir_select(&sd, BT_PROFILE_CORPUS, corpora, NULL, sd.n);
+      rc = bt_predictor_fit_ex(sets, names, n, NULL, corpora, nc, &opt, &pr, err);
+    }
+    free(sets), free(corpora), free(names);
+    bt_profile_dir_free(&sd);
+  }
   double *pf = calloc((size_t)D * L, sizeof(double)), *pb = calloc((size_t)D * L, sizeof(double));
   if (rc == 0 && (!pf || !pb))
     rc = bt_err_set(err, "out of memory for predictions");
