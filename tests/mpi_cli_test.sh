@@ -166,6 +166,37 @@ else
 fi
 "$baton" report "$tmp/replan.h5" >"$tmp/out" 2>"$tmp/err"
 expect_ok $? replan-logged "plan 1 from iteration 4 (oracle)"
+# A re-plan that reorders the stages (device_order: plan; all but stage 0
+# may move): rpi5 (stage 2) becomes 50x slower and swaps places with rpi4.
+# The processes take new stages in a new communicator; the losses still
+# equal the static run's and the run file names each stage's process.
+ro=(--set data.train_samples=256 --set iterations=10 --set devices=rpi4,jetson-orin-nano,rpi3bplus,rpi5
+  --set partition=oracle --set throttle=3:4:50 --set progress=never)
+mpi 4 "$baton" train "${syn[@]}" "${ro[@]}" --set replan.every=0 --set output="$tmp/ro-static.h5"
+expect_ok $? reorder-reference "test accuracy"
+mpi 4 "$baton" train "${syn[@]}" "${ro[@]}" --set replan.every=2 --set output="$tmp/ro.h5"
+expect_ok $? replan-reorders "-> [" # the cuts
+start=$(sed -n 's/^plan: partition oracle, stages on \[\([^]]*\)\].*/\1/p' "$tmp/out")
+order=$(sed -n 's/^re-plan after iteration 4: .*, stages on \[\([^]]*\)\].*/\1/p' "$tmp/out")
+case "$order" in # stage 0 keeps its process; the others are a new order
+"${start%%,*}, "*) [ -n "$start" ] && [ "$order" != "$start" ] &&
+  echo "ok   reorder-order: [$start] -> [$order]" || { echo "FAIL reorder-order: [$order]"; fails=$((fails + 1)); } ;;
+*) echo "FAIL reorder-order: '$order'"; cat "$tmp/out"; fails=$((fails + 1)) ;;
+esac
+if [ "$(losses "$tmp/ro-static.h5" | wc -l)" -eq 10 ] &&
+  [ "$(losses "$tmp/ro-static.h5")" = "$(losses "$tmp/ro.h5")" ]; then
+  echo "ok   reorder-same-losses: 10 iterations"
+else
+  echo "FAIL reorder-same-losses:"; paste <(losses "$tmp/ro-static.h5") <(losses "$tmp/ro.h5")
+  fails=$((fails + 1))
+fi
+"$baton" report "$tmp/ro.h5" >"$tmp/out" 2>"$tmp/err"
+ranks=$(grep "^plan 1 from iteration 4" "$tmp/out" | grep -o "on rank [0-9]" | awk '{ printf "%s", $3 }')
+if [ ${#ranks} -eq 4 ] && [ "${ranks:0:1}" = 0 ] && [ "$ranks" != 0123 ]; then
+  echo "ok   reorder-logged: plan 1 runs stages 0..3 on ranks $ranks"
+else
+  echo "FAIL reorder-logged: '$ranks'"; cat "$tmp/out"; fails=$((fails + 1))
+fi
 mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set throttle=5:1:2
 expect_fail $? bad-throttle "throttle entry '5:1:2'"
 

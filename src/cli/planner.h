@@ -122,12 +122,12 @@ int cli_planner_evaluate(cli_planner *pl, int predicted, const int *cuts, bt_pla
 int cli_planner_evaluate_order(cli_planner *pl, int predicted, const int *device, const int *cuts,
                                bt_plan *out, bt_err *err);
 
-/* The in-order plan with these cuts under the predictor's view with every
- * (device, layer) pair that has not run yet taken `margin` (0.3 = 30%)
- * slower: what a re-plan can count on when part of it rests on the model
- * alone. */
-int cli_planner_evaluate_cautious(cli_planner *pl, const int *cuts, double margin, bt_plan *out,
-                                  bt_err *err);
+/* The plan with these cuts and stage devices (device NULL: in order) under
+ * the predictor's view with every (device, layer) pair that has not run yet
+ * taken `margin` (0.3 = 30%) slower: what a re-plan can count on when part
+ * of it rests on the model alone. */
+int cli_planner_evaluate_cautious(cli_planner *pl, const int *device, const int *cuts,
+                                  double margin, bt_plan *out, bt_err *err);
 
 /* The partitioners `partition:` accepts (NULL-terminated). */
 extern const char *const cli_partitioners[];

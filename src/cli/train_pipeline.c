@@ -92,6 +92,9 @@ typedef struct run {
   /* stage_device[s]: the device (index in `devices`) of stage s = rank s of comm.
    * The identity unless a partitioner ordered the devices (device_order). */
   int stage_device[BT_CONFIG_DEVICES_MAX];
+  /* log_rank[s]: the /devices entry of the process running stage s (the
+   * stage it ran when the run file was opened; re-plans may reorder). */
+  int log_rank[BT_CONFIG_DEVICES_MAX];
   double *probes;     /* [size][2 * n_probes]: every device's probe times, as its rank timed them */
   double profiling_s; /* device s the partitioner measured before training (on the run's clock) */
   int n_probes;
@@ -414,8 +417,8 @@ static int setup_plan(run *r, bt_err *err) {
   return reorder_ranks(r, err);
 }
 
-/* Whether this rank's stage under `cuts` fits its device (not agreed). */
-static int stage_fits(const run *r, const int *cuts, bt_err *err) {
+/* Whether stage `stage` under `cuts` fits this rank's device (not agreed). */
+static int stage_fits(const run *r, const int *cuts, int stage, bt_err *err) {
   const bt_config *c = r->cfg;
   bt_schedule sched;
   bt_schedule_kind kind;
@@ -424,8 +427,8 @@ static int stage_fits(const run *r, const int *cuts, bt_err *err) {
            bt_schedule_build(&sched, kind, r->size, c->micro_batches, err) == 0;
   bt_mem_need need;
   const int mb = c->batch_size / c->micro_batches;
-  ok = ok && bt_mem_need_stage(&r->model, cuts[r->rank], cuts[r->rank + 1], mb,
-                               sched.slots[r->rank], &need, err) == 0;
+  ok = ok && bt_mem_need_stage(&r->model, cuts[stage], cuts[stage + 1], mb, sched.slots[stage],
+                               &need, err) == 0;
   ok = ok && bt_device_check_memory(&r->dev.dev, &need, c->memory_scale, err) == 0;
   if (!ok)
     bt_err_prefix(err, "rank %d", r->rank);
@@ -449,7 +452,9 @@ static int setup_device(run *r, bt_err *err) {
 
 /* This rank's stage fits its device (after the plan: the cuts and the
  * stage order are known). */
-static int setup_memory(run *r, bt_err *err) { return agree(r->comm, stage_fits(r, r->cuts, err)); }
+static int setup_memory(run *r, bt_err *err) {
+  return agree(r->comm, stage_fits(r, r->cuts, r->rank, err));
+}
 
 /* The link from this rank to `peer`: the sending device's default link, the
  * global links.* overrides, then a links.pairs entry "SRC-DST:MBPS:MS" for
@@ -610,6 +615,14 @@ static int log_iteration(run *r, long step, const bt_pipeline_stats *st, bt_err 
   MPI_Reduce(&bytes, &bytes_all, 1, MPI_LONG_LONG, MPI_SUM, 0, r->comm);
   int rc = 0;
   if (r->rank == 0 && r->log) {
+    /* Events name processes by their /devices entry, not by the stage they
+     * run now (a re-plan may have reordered the stages). */
+    bt_event *evs = (bt_event *)all;
+    for (size_t k = 0; k < (size_t)total / sizeof(bt_event); k++) {
+      evs[k].rank = r->log_rank[evs[k].rank];
+      if (evs[k].peer >= 0)
+        evs[k].peer = r->log_rank[evs[k].peer];
+    }
     bt_train_record rec = {.iteration = step,
                            .loss = st->loss,
                            .accuracy = (double)st->correct / r->cfg->batch_size,
@@ -627,9 +640,10 @@ static int log_iteration(run *r, long step, const bt_pipeline_stats *st, bt_err 
 }
 
 /* Seconds to move the weights, momentum and state of the layers whose
- * stage changes from `from` to `to` cuts, each over its link. */
-static double migration_seconds(const cli_planner *pl, const int *from, const int *to, int S,
-                                double *bytes_moved) {
+ * device changes from the current stages (`from` cuts, stage s on planner
+ * device s) to `to` cuts with stage s on device[s], each over its link. */
+static double migration_seconds(const cli_planner *pl, const int *from, const int *to,
+                                const int *device, int S, double *bytes_moved) {
   double t = 0, moved = 0;
   const int D = pl->n_devices;
   for (int l = 0, a = 0, b = 0; l < pl->n_layers; l++) {
@@ -639,10 +653,11 @@ static double migration_seconds(const cli_planner *pl, const int *from, const in
       b++;
     const bt_layer *y = &pl->model->layers[l];
     const double bytes = 4.0 * (2.0 * (double)y->n_params + (double)y->n_state);
-    if (a == b || bytes == 0)
+    const int dst = device[b];
+    if (a == dst || bytes == 0)
       continue;
     moved += bytes;
-    t += pl->latency[a * D + b] + bytes / pl->bandwidth[a * D + b];
+    t += pl->latency[a * D + dst] + bytes / pl->bandwidth[a * D + dst];
   }
   *bytes_moved = moved;
   return t;
@@ -659,8 +674,8 @@ static int log_predictor(run *r, long step, const double *lf, const double *lb, 
   size_t n = 0;
   for (int d = 0; d < r->size; d++)
     for (int l = r->cuts[d]; l < r->cuts[d + 1]; l++) {
-      rec[n++] = (bt_predictor_record){step, d, l, 0, pl->pred_fwd[d * L + l], lf[l]};
-      rec[n++] = (bt_predictor_record){step, d, l, 1, pl->pred_bwd[d * L + l], lb[l]};
+      rec[n++] = (bt_predictor_record){step, r->log_rank[d], l, 0, pl->pred_fwd[d * L + l], lf[l]};
+      rec[n++] = (bt_predictor_record){step, r->log_rank[d], l, 1, pl->pred_bwd[d * L + l], lb[l]};
     }
   int rc = bt_runlog_append_predictor(r->log, n, rec, err);
   free(rec);
@@ -671,9 +686,12 @@ static int log_predictor(run *r, long step, const double *lf, const double *lb, 
  * learns from the measured layer times (partition predicted) or the true
  * times move to the next iteration (oracle); a new search; re-cut when the
  * new plan beats the current one, under the same view, by more than
- * replan.threshold with the migration spread over the remaining iterations. */
+ * replan.threshold with the migration spread over the remaining iterations.
+ * With device_order: plan the search may also reorder the stages, all but
+ * the first: stage 0's process keeps the planner and the run file. The new
+ * plan runs stage s on the process of current stage order[s]. */
 static int decide_replan(run *r, long step, long remaining, const double *lf, const double *lb,
-                         int *cuts, double *fig, bt_err *err) {
+                         int *cuts, int *order, double *fig, bt_err *err) {
   const bt_config *c = r->cfg;
   cli_planner *pl = r->planner;
   const int S = r->size, predicted = strcmp(c->partition, "predicted") == 0;
@@ -689,33 +707,46 @@ static int decide_replan(run *r, long step, long remaining, const double *lf, co
   }
   bt_plan cur, nxt;
   cli_plan_info info;
+  const bt_plan_device_use use = reordering(c) ? BT_PLAN_ALL_FIRST_FIXED : BT_PLAN_DEVICES_IN_ORDER;
   if (cli_planner_evaluate(pl, predicted, r->cuts, &cur, err) < 0 ||
-      cli_planner_plan(pl, c->partition, BT_PLAN_DEVICES_IN_ORDER, &nxt, &info, err) < 0)
+      cli_planner_plan(pl, c->partition, use, &nxt, &info, err) < 0)
     return -1;
   /* A plan that puts layers on devices that never ran them rests on the
    * model there: count on it being slower by the model's typical error
    * before learning (its stage sums were 26-32% off at the first check). */
   bt_plan sure = nxt;
-  if (predicted && cli_planner_evaluate_cautious(pl, nxt.first, 0.3, &sure, err) < 0)
+  if (predicted && cli_planner_evaluate_cautious(pl, nxt.device, nxt.first, 0.3, &sure, err) < 0)
     return -1;
   double moved;
-  const double mig = migration_seconds(pl, r->cuts, nxt.first, S, &moved);
+  const double mig = migration_seconds(pl, r->cuts, nxt.first, nxt.device, S, &moved);
   const double gain = cur.iter_time - sure.iter_time - mig / (double)remaining;
-  if (memcmp(cur.first, nxt.first, sizeof(int) * (size_t)(S + 1)) == 0 ||
+  int same_order = 1;
+  for (int s = 0; s < S; s++)
+    same_order = same_order && nxt.device[s] == s;
+  if ((same_order && memcmp(cur.first, nxt.first, sizeof(int) * (size_t)(S + 1)) == 0) ||
       !(gain > c->replan_threshold * cur.iter_time))
     return 0;
   memcpy(cuts, nxt.first, sizeof(int) * (size_t)(S + 1));
+  memcpy(order, nxt.device, sizeof(int) * (size_t)S);
   fig[0] = nxt.iter_time;
   fig[1] = info.true_time;
   fig[2] = mig;
   for (int s = 0; s < S; s++)
     fig[3 + s] = nxt.fwd[s] + nxt.bwd[s];
-  char a[256], b[256];
+  char a[256], b[256], devs[1024] = "";
   format_cuts(r->cuts, S, a, sizeof a);
   format_cuts(cuts, S, b, sizeof b);
-  printf("re-plan after iteration %ld: cuts %s -> %s, predicted %.4f -> %.4f s/iteration, "
+  if (!same_order) {
+    size_t used = (size_t)snprintf(devs, sizeof devs, ", stages on [");
+    for (int s = 0; s < S && used < sizeof devs; s++)
+      used += (size_t)snprintf(devs + used, sizeof devs - used, "%s%s", s ? ", " : "",
+                               c->devices[r->stage_device[order[s]]]);
+    if (used < sizeof devs)
+      snprintf(devs + used, sizeof devs - used, "]");
+  }
+  printf("re-plan after iteration %ld: cuts %s -> %s%s, predicted %.4f -> %.4f s/iteration, "
          "migrating %.1f MiB (%.3f s)\n",
-         step + 1, a, b, cur.iter_time, nxt.iter_time, moved / 1048576.0, mig);
+         step + 1, a, b, devs, cur.iter_time, nxt.iter_time, moved / 1048576.0, mig);
   fflush(stdout);
   return 1;
 }
@@ -745,10 +776,41 @@ static int gather_layer_times(run *r, double *lf, double *lb, bt_err *err) {
 
 static int setup_pipeline(run *r, bt_err *err);
 
+/* Puts the process of current stage order[s] on stage s (order[0] = 0):
+ * a communicator split in the new order, and every stage-indexed figure
+ * (devices, run-file ranks, the planner's rows) follows. */
+static int reorder_stages(run *r, const int *order, bt_err *err) {
+  int identity = 1, mine = -1;
+  for (int s = 0; s < r->size; s++) {
+    identity = identity && order[s] == s;
+    if (order[s] == r->rank)
+      mine = s;
+  }
+  if (identity)
+    return 0;
+  MPI_Comm next;
+  if (mine < 0 || MPI_Comm_split(r->comm, 0, mine, &next) != MPI_SUCCESS)
+    return bt_err_set(err, "rank %d: MPI_Comm_split (new stage order) failed", r->rank);
+  if (r->own_comm)
+    MPI_Comm_free(&r->comm);
+  r->comm = next;
+  r->own_comm = 1;
+  MPI_Comm_rank(r->comm, &r->rank);
+  int dev[BT_CONFIG_DEVICES_MAX], logr[BT_CONFIG_DEVICES_MAX];
+  for (int s = 0; s < r->size; s++)
+    dev[s] = r->stage_device[order[s]], logr[s] = r->log_rank[order[s]];
+  memcpy(r->stage_device, dev, sizeof(int) * (size_t)r->size);
+  memcpy(r->log_rank, logr, sizeof(int) * (size_t)r->size);
+  if (r->rank == 0 && r->planner)
+    return cli_planner_permute(r->planner, order, err);
+  return 0;
+}
+
 /* Re-cuts the running pipeline: weights, momentum and state travel through
- * rank 0 into a pipeline re-created with `cuts`, whose clock continues from
- * the slowest rank's plus the migration time. */
-static int migrate(run *r, const int *cuts, double migration_s, bt_err *err) {
+ * rank 0 into a pipeline re-created with `cuts` (stage s on the process of
+ * current stage order[s]), whose clock continues from the slowest rank's
+ * plus the migration time. */
+static int migrate(run *r, const int *cuts, const int *order, double migration_s, bt_err *err) {
   const size_t np = r->model.n_params, ns = r->model.n_state;
   float *params = NULL, *momentum = NULL, *state = NULL;
   int ok = 1;
@@ -768,7 +830,9 @@ static int migrate(run *r, const int *cuts, double migration_s, bt_err *err) {
   MPI_Allreduce(&now, &t, 1, MPI_DOUBLE, MPI_MAX, r->comm);
   bt_pipeline_free(&r->pipe);
   memcpy(r->cuts, cuts, sizeof(int) * (size_t)(r->size + 1));
-  int rc = setup_pipeline(r, err);
+  int rc = reorder_stages(r, order, err);
+  if (rc == 0)
+    rc = setup_pipeline(r, err);
   if (rc == 0)
     rc = bt_pipeline_import_state(r->pipe, params, momentum, state, err);
   if (rc == 0)
@@ -792,11 +856,11 @@ static int maybe_replan(run *r, long step, long total_steps, bt_err *err) {
     free(lf), free(lb);
     return -1;
   }
-  int decision = 0, cuts[BT_CONFIG_DEVICES_MAX + 1];
+  int decision = 0, cuts[BT_CONFIG_DEVICES_MAX + 1], order[BT_CONFIG_DEVICES_MAX];
   double fig[3 + BT_CONFIG_DEVICES_MAX];
   bt_err derr = {{0}};
   if (r->rank == 0 && lf && lb) {
-    decision = decide_replan(r, step, remaining, lf, lb, cuts, fig, &derr);
+    decision = decide_replan(r, step, remaining, lf, lb, cuts, order, fig, &derr);
     if (decision < 0) { /* planning trouble keeps the current plan */
       fprintf(stderr, "baton train: warning: re-planning after iteration %ld failed: %s\n",
               step + 1, derr.msg);
@@ -808,15 +872,20 @@ static int maybe_replan(run *r, long step, long total_steps, bt_err *err) {
   if (!decision)
     return 0;
   MPI_Bcast(cuts, S + 1, MPI_INT, 0, r->comm);
+  MPI_Bcast(order, S, MPI_INT, 0, r->comm);
   MPI_Bcast(fig, 3 + S, MPI_DOUBLE, 0, r->comm);
+  int my_stage = 0;
+  for (int s = 0; s < S; s++)
+    if (order[s] == r->rank)
+      my_stage = s;
   bt_err merr = {{0}};
-  if (agree(r->comm, stage_fits(r, cuts, &merr)) < 0) {
+  if (agree(r->comm, stage_fits(r, cuts, my_stage, &merr)) < 0) {
     if (merr.msg[0])
       fprintf(stderr, "baton train: warning: re-plan after iteration %ld not applied: %s\n",
               step + 1, merr.msg);
     return 0;
   }
-  if (migrate(r, cuts, fig[2], err) < 0)
+  if (migrate(r, cuts, order, fig[2], err) < 0)
     return -1;
   r->pending_migration = fig[2];
   r->plan_iter = fig[0];
@@ -825,13 +894,10 @@ static int maybe_replan(run *r, long step, long total_steps, bt_err *err) {
     r->plan_stage[s] = fig[3 + s];
   r->replans++;
   if (r->rank == 0 && r->log) {
-    int ranks[BT_CONFIG_DEVICES_MAX];
-    for (int s = 0; s < S; s++)
-      ranks[s] = s;
     bt_runlog_plan plan = {.iteration = step + 1,
                            .n_stages = S,
                            .first_layer = r->cuts,
-                           .device_rank = ranks,
+                           .device_rank = r->log_rank,
                            .predicted_stage_time = r->plan_stage,
                            .predicted_iteration_time = r->plan_iter,
                            .partitioner = c->partition};
@@ -929,13 +995,15 @@ static int train_loop(run *r, bt_err *err) {
   if (c->iterations > 0 && c->iterations < total_steps)
     total_steps = c->iterations;
   const int epochs = (int)((total_steps + steps_per_epoch - 1) / steps_per_epoch);
-  const int first = r->rank == 0, last = r->rank == r->size - 1;
+  /* With device_order: plan a re-plan may move any process but stage 0's
+   * to the last stage: then every process keeps the batches at hand. */
+  const int feeds = r->rank == 0 || r->rank == r->size - 1 || reordering(c);
   const int live = r->rank == 0 && (strcmp(c->progress, "always") == 0 ||
                                     (strcmp(c->progress, "auto") == 0 && isatty(STDOUT_FILENO)));
   const double run_start = bt_cli_now();
   double last_print = 0;
   const size_t in_elems = (size_t)r->model.input.h * r->model.input.w * r->model.input.c;
-  if (first || last) {
+  if (feeds) {
     r->xb = malloc(sizeof(float) * in_elems * batch);
     r->yb = malloc(sizeof(int32_t) * batch);
     r->order = malloc(sizeof(long) * r->n_train);
@@ -957,13 +1025,14 @@ static int train_loop(run *r, bt_err *err) {
   long step = 0;
   double emu_total = 0, cpu_compute = 0, cpu_overhead = 0;
   for (int epoch = 0; epoch < epochs && step < total_steps; epoch++) {
-    if (first || last)
+    if (feeds)
       bt_data_permutation(r->n_train, c->seed, epoch, r->order);
     double loss_sum = 0, emu = 0;
     long correct = 0, seen = 0;
     const double t0 = bt_cli_now();
     for (long b = 0; b < steps_per_epoch && step < total_steps; b++, step++) {
-      if (first || last)
+      const int first = r->rank == 0, last = r->rank == r->size - 1;
+      if (feeds)
         bt_data_gather(&r->train, r->order + b * batch, batch, r->xb, r->yb);
       if (r->rank == fail_rank && step == fail_step) {
         bt_err_set(err, "rank %d: injected failure (BATON_FAIL_AT) at iteration %ld", r->rank,
@@ -1001,6 +1070,7 @@ static int train_loop(run *r, bt_err *err) {
     long test_correct = 0;
     const int eval = epoch + 1 == epochs || step >= total_steps ||
                      (c->eval_every > 0 && (epoch + 1) % c->eval_every == 0);
+    const int first = r->rank == 0, last = r->rank == r->size - 1;
     if (eval && bt_pipeline_evaluate(r->pipe, first ? r->test.x : NULL, last ? r->test.y : NULL,
                                      r->n_test, &test_loss, &test_correct, err) < 0)
       die(r, err);
@@ -1035,7 +1105,7 @@ int bt_cli_train_pipeline(bt_config *cfg) {
   MPI_Comm_size(r.comm, &r.size);
   r.world_rank = r.rank;
   for (int s = 0; s < r.size && s < BT_CONFIG_DEVICES_MAX; s++)
-    r.stage_device[s] = s;
+    r.stage_device[s] = r.log_rank[s] = s;
   bt_err err = {{0}};
   int rc = 1;
   if (setup_data_and_model(&r, &err) < 0 || setup_calibration(&r, &err) < 0 ||
