@@ -192,6 +192,9 @@ static const key keys[] = {
     ROW_DOUBLE("replan.threshold", replan_threshold, "0.05", 0, false, 10, false,
                "Re-cut only when the new plan beats the current one by more than this fraction "
                "of its iteration time, migration cost included."),
+    ROW_DOUBLE("replan.caution", replan_caution, "0.1", 0, false, 10, false,
+               "With partition predicted: a new plan counts every (device, layer) pair that has "
+               "not run yet this fraction slower than the predictor says (its first-check error)."),
     ROW_ENUM("clock", clock, "virtual", clocks,
              "virtual (emulated device time), wall (sleep to device time), none (real hardware)."),
     ROW_STRING("calibration", calibration, "auto", 1,

@@ -542,8 +542,18 @@ static bt_op_class layer_class(bt_layer_kind k) {
  * forward reads the input (and weights) and writes the output and aux;
  * backward reads the output gradient and what forward saved and writes the
  * input gradient (and adds into the weight gradient). */
+static int weight_gradient_only(const bt_layer *l) {
+  return l->kind == BT_CONV2D || l->kind == BT_DWCONV2D || l->kind == BT_DENSE;
+}
+
+bt_pass bt_pass_backward_of(const bt_layer *l, int index) {
+  return index == 0 && weight_gradient_only(l) ? BT_PASS_BWD_NODIN : BT_PASS_BWD;
+}
+
 static void layer_ops(const bt_layer *l, int batch, bt_pass pass, op_list *o) {
   const double b = batch > 0 ? batch : 0, f = sizeof(float);
+  if (pass == BT_PASS_BWD_NODIN && !weight_gradient_only(l))
+    pass = BT_PASS_BWD;
   const double in = (double)bt_shape_elems(l->in) * b * f,
                out = (double)bt_shape_elems(l->out) * b * f;
   const double aux = (double)bt_layer_aux_floats(l, batch) * f, par = (double)l->n_params * f;
@@ -570,7 +580,10 @@ static void layer_ops(const bt_layer *l, int batch, bt_pass pass, op_list *o) {
   case BT_CONV2D:
   case BT_DWCONV2D:
   case BT_DENSE:
-    push(o, layer_class(l->kind), flops, fwd ? in + out + par : 2 * in + out + 2 * par);
+    if (pass == BT_PASS_BWD_NODIN) /* the weight gradient: as many FLOPs as forward */
+      push(o, layer_class(l->kind), b * bt_layer_flops_fwd(l), in + out + 2 * par);
+    else
+      push(o, layer_class(l->kind), flops, fwd ? in + out + par : 2 * in + out + 2 * par);
     return;
   case BT_BATCHNORM:
     /* Forward: a statistics pass and a normalising pass over the input;

@@ -35,7 +35,17 @@ typedef struct gtree {
 } gtree;
 /* One host-time regression per layer kind and pass (a residual block is
  * composed from its sub-layers, so its slot stays unused). */
-enum { N_GROUPS = BT_LAYER_KIND_COUNT };
+enum { N_GROUPS = BT_LAYER_KIND_COUNT, N_PASS = 3 /* bt_pass: fwd, bwd, bwd without din */ };
+
+/* A first layer's backward (no input gradient) is a separate regression
+ * of convolutions and dense layers; it is the weight gradient, which runs
+ * the forward's code path on the same GEMM sizes, so it uses the forward's
+ * features. Every other kind has no such pass. */
+static bt_pass effective_pass(const bt_layer *l, bt_pass pass) {
+  return pass == BT_PASS_BWD_NODIN && bt_pass_backward_of(l, 0) != BT_PASS_BWD_NODIN ? BT_PASS_BWD
+                                                                                     : pass;
+}
+static int feature_pass(bt_pass pass) { return pass == BT_PASS_BWD_NODIN ? 0 : (int)pass; }
 
 typedef struct reg {
   int nf, fitted;
@@ -64,7 +74,7 @@ struct bt_predictor {
   bt_predictor_options opt;
   bt_host_rates hostr;
   bt_device host;
-  reg hr[N_GROUPS][2];
+  reg hr[N_GROUPS][N_PASS];
   double resid_corr[2];
   double mu[NP], cov[NP * NP];
   double mu_raw[NP]; /* prior mean of raw heads (mu when none was fitted) */
@@ -475,7 +485,7 @@ static double gemm_share(const bt_layer *l, int batch, bt_pass pass) {
   if (l->kind != BT_CONV2D)
     return 0.0;
   const int pf = conv_path(l, batch, 0), lf = pf == 0 || pf == 3;
-  if (pass == BT_PASS_FWD)
+  if (pass != BT_PASS_BWD) /* forward, or the weight gradient alone (the forward's path) */
     return lf;
   const int pb = conv_path(l, batch, 1);
   return 0.5 * (lf + (pb == 0 || pb == 3));
@@ -492,6 +502,7 @@ static double host_time(const bt_predictor *p, const bt_layer *l, int batch, bt_
  * GEMMs. */
 static double host_time_g(const bt_predictor *p, const bt_layer *l, int batch, bt_pass pass,
                           double *gemm_seconds) {
+  pass = effective_pass(l, pass);
   if (l->kind == BT_RESIDUAL) {
     double t = 0, tg = 0;
     for (int j = 0; j < l->n_body + l->n_short; j++) {
@@ -514,6 +525,17 @@ static double host_time_g(const bt_predictor *p, const bt_layer *l, int batch, b
     return clamp_time(t * c);
   }
   const int g = group_of(l->kind);
+  if (pass == BT_PASS_BWD_NODIN && !p->hr[g][pass].fitted) {
+    /* No set timed it: the full backward less its input-gradient share, the
+     * share the host device model gives. */
+    const double full = host_time_g(p, l, batch, BT_PASS_BWD, gemm_seconds);
+    const double a = bt_device_layer_analytic(&p->host, l, batch, BT_PASS_BWD, 0).total,
+                 b = bt_device_layer_analytic(&p->host, l, batch, BT_PASS_BWD_NODIN, 0).total;
+    const double share = a > 0 ? fmin(1.0, b / a) : 1.0;
+    if (gemm_seconds)
+      *gemm_seconds *= share;
+    return clamp_time(full * share);
+  }
   const reg *r = &p->hr[g][pass];
   if (!r->fitted) {
     const double h = clamp_time(bt_device_layer_analytic(&p->host, l, batch, pass, 0).total);
@@ -522,11 +544,11 @@ static double host_time_g(const bt_predictor *p, const bt_layer *l, int batch, b
     return h;
   }
   double x[MAXF];
-  features(l, batch, pass, x);
+  features(l, batch, feature_pass(pass), x);
   double ly = reg_eval(r, x) + knn_correction(r, x);
   if (r->nt > 0) {
     double xt[MAXT];
-    tree_features(l, batch, pass, xt);
+    tree_features(l, batch, feature_pass(pass), xt);
     ly += gbt_eval(r, xt);
   }
   /* Far outside the fitted layers a quadratic can run away: keep within
@@ -852,7 +874,7 @@ static int fit_heads_and_prior(bt_predictor *p, const bt_profile *sets, int n_se
 typedef struct host_row {
   const bt_layer *layer;
   int batch;
-  double t[2];
+  double t[N_PASS]; /* t[BT_PASS_BWD_NODIN]: NaN where no set timed it */
 } host_row;
 
 static int cmp_entry_key(const void *a, const void *b) {
@@ -877,8 +899,8 @@ static int check_corpus(const bt_profile *c, const char *base_arch, int k, bt_er
  * and batch the corpus does not hold (so that rows held out of a
  * cross-validation stay out of the fit). Returns the count or -1. */
 static int collect_host_rows(const bt_profile *corpus, const unsigned char *use_row,
-                             const double *hf, const double *hb, const bt_profile *extra,
-                             int n_extra, host_row **out) {
+                             const double *hf, const double *hb, const double *hn,
+                             const bt_profile *extra, int n_extra, host_row **out) {
   const int n = corpus->n;
   long cap = n;
   for (int k = 0; k < n_extra; k++)
@@ -893,7 +915,7 @@ static int collect_host_rows(const bt_profile *corpus, const unsigned char *use_
   for (int i = 0; i < n; i++) {
     keys[i] = &corpus->e[i];
     if (!use_row || use_row[i])
-      r[m++] = (host_row){&corpus->e[i].layer, corpus->e[i].batch, {hf[i], hb[i]}};
+      r[m++] = (host_row){&corpus->e[i].layer, corpus->e[i].batch, {hf[i], hb[i], hn[i]}};
   }
   qsort(keys, (size_t)n, sizeof *keys, cmp_entry_key);
   for (int k = 0; k < n_extra; k++)
@@ -902,7 +924,7 @@ static int collect_host_rows(const bt_profile *corpus, const unsigned char *use_
       if (strcmp(e->source, "random") != 0 ||
           bsearch(&e, keys, (size_t)n, sizeof *keys, cmp_entry_key))
         continue;
-      r[m++] = (host_row){&e->layer, e->batch, {e->host_fwd, e->host_bwd}};
+      r[m++] = (host_row){&e->layer, e->batch, {e->host_fwd, e->host_bwd, e->host_bwd_nodin}};
     }
   free(keys);
   *out = r;
@@ -960,10 +982,11 @@ int bt_predictor_fit_ex(const bt_profile *sets, const char *const *names, int n_
   int *from = malloc((size_t)n_sets * sizeof *from), nb = 0;
   double *tmp = malloc((size_t)(n_sets + 1) * sizeof *tmp);
   double *hf = malloc((size_t)n * sizeof *hf), *hb = malloc((size_t)n * sizeof *hb);
+  double *hn = malloc((size_t)n * sizeof *hn);
   host_row *rows = NULL;
   double *X = NULL, *y = NULL, *Xt = NULL, *res = NULL;
   int nr = -1;
-  if (from && tmp && hf && hb) {
+  if (from && tmp && hf && hb && hn) {
     for (int k = 0; k < n_sets; k++)
       if (sets[k].threads <= 1 && strcmp(sets[k].blis_arch, sets[base].blis_arch) == 0)
         from[nb++] = k;
@@ -974,8 +997,13 @@ int bt_predictor_fit_ex(const bt_profile *sets, const char *const *names, int n_
       for (int j = 0; j < nb; j++)
         tmp[j] = sets[from[j]].e[i].host_bwd;
       hb[i] = median_of(tmp, nb);
+      int k = 0; /* the sets that timed the backward without input gradient */
+      for (int j = 0; j < nb; j++)
+        if (isfinite(sets[from[j]].e[i].host_bwd_nodin))
+          tmp[k++] = sets[from[j]].e[i].host_bwd_nodin;
+      hn[i] = k ? median_of(tmp, k) : NAN;
     }
-    nr = collect_host_rows(&sets[0], use_row, hf, hb, host_corpora, n_corpora, &rows);
+    nr = collect_host_rows(&sets[0], use_row, hf, hb, hn, host_corpora, n_corpora, &rows);
   }
   if (nr >= 0) {
     const size_t nx = nr > 0 ? (size_t)nr : 1;
@@ -983,7 +1011,8 @@ int bt_predictor_fit_ex(const bt_profile *sets, const char *const *names, int n_
     Xt = malloc(nx * MAXT * sizeof *Xt), res = malloc(nx * sizeof *res);
   }
 #define FIT_FREE()                                                                                 \
-  free(from), free(tmp), free(hf), free(hb), free(rows), free(X), free(y), free(Xt), free(res)
+  free(from), free(tmp), free(hf), free(hb), free(hn), free(rows), free(X), free(y), free(Xt),     \
+      free(res)
   if (nr < 0 || !X || !y || !Xt || !res) {
     FIT_FREE();
     free(p);
@@ -1002,15 +1031,17 @@ int bt_predictor_fit_ex(const bt_profile *sets, const char *const *names, int n_
     return -1;
   }
   p->resid_corr[0] = p->resid_corr[1] = 1;
-  for (int pass = 0; pass < 2; pass++) {
+  for (int pass = 0; pass < N_PASS; pass++) {
+    const int fp = feature_pass((bt_pass)pass);
     for (int g = 0; g < N_GROUPS; g++) {
       int m = 0, nf = 0, ntf = 0;
       for (int i = 0; i < nr; i++) {
         const bt_layer *l = rows[i].layer;
-        if (group_of(l->kind) != g)
+        if (group_of(l->kind) != g || !isfinite(rows[i].t[pass]) || !(rows[i].t[pass] > 0) ||
+            (int)effective_pass(l, (bt_pass)pass) != pass)
           continue;
-        nf = features(l, rows[i].batch, pass, X + (size_t)m * MAXF);
-        ntf = tree_features(l, rows[i].batch, pass, Xt + (size_t)m * MAXT);
+        nf = features(l, rows[i].batch, fp, X + (size_t)m * MAXF);
+        ntf = tree_features(l, rows[i].batch, fp, Xt + (size_t)m * MAXT);
         y[m++] = log(rows[i].t[pass]);
       }
       if (nf >= MAXF || ntf > MAXT) { /* a feature list outgrew its arrays */
@@ -1048,6 +1079,8 @@ int bt_predictor_fit_ex(const bt_profile *sets, const char *const *names, int n_
         }
       }
     }
+    if (pass == BT_PASS_BWD_NODIN)
+      continue; /* no residual block computes its backward without din */
     /* Residual blocks: one composition factor per pass (geometric mean). */
     double s = 0;
     int m = 0;
@@ -1160,7 +1193,7 @@ void bt_predictor_free(bt_predictor *p) {
   if (!p)
     return;
   for (int g = 0; g < N_GROUPS; g++)
-    for (int pass = 0; pass < 2; pass++)
+    for (int pass = 0; pass < N_PASS; pass++)
       free(p->hr[g][pass].kx), free(p->hr[g][pass].kr), free(p->hr[g][pass].tr);
   free(p);
 }
@@ -1189,8 +1222,11 @@ static int check_samples(const bt_pred_sample *s, int n, bt_err *err) {
     if (s[i].batch < 1)
       return bt_err_set(err, "predictor: sample %d (%s): batch %d must be >= 1", i,
                         bt_layer_kind_name(s[i].layer->kind), s[i].batch);
-    if (s[i].pass != BT_PASS_FWD && s[i].pass != BT_PASS_BWD)
-      return bt_err_set(err, "predictor: sample %d: pass must be forward or backward", i);
+    if (s[i].pass != BT_PASS_FWD && s[i].pass != BT_PASS_BWD && s[i].pass != BT_PASS_BWD_NODIN)
+      return bt_err_set(err,
+                        "predictor: sample %d: pass must be forward, backward or backward "
+                        "without input gradient",
+                        i);
     if (!isfinite(s[i].seconds) || !(s[i].seconds > 0))
       return bt_err_set(err,
                         "predictor: sample %d (%s, batch %d): time %g s; measured times must be "
@@ -1426,7 +1462,7 @@ int bt_predictor_save(const bt_predictor *p, const char *path, bt_err *err) {
   fprintf(f, "host %.17g %.17g\n", p->hostr.sgemm_gflops, p->hostr.mem_gbs);
   put_vec(f, "resid", p->resid_corr, 2);
   for (int g = 0; g < N_GROUPS; g++)
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 0; pass < N_PASS; pass++) {
       const reg *r = &p->hr[g][pass];
       fprintf(f, "reg %d %d %d %d %.17g %.17g\n", g, pass, r->nf, r->fitted, r->ylo, r->yhi);
       put_vec(f, " mean", r->mean, r->nf);
@@ -1491,11 +1527,11 @@ int bt_predictor_load(const char *path, bt_predictor **out, bt_err *err) {
   ok = ok && bt_host_as_device(&p->hostr, &p->host, err) == 0;
   ok = ok && get_vec(f, "resid", p->resid_corr, 2) == 0 && p->resid_corr[0] > 0 &&
        p->resid_corr[1] > 0;
-  for (int i = 0; ok && i < 2 * N_GROUPS; i++) {
+  for (int i = 0; ok && i < N_PASS * N_GROUPS; i++) {
     int g, pass, nf, fitted;
     double ylo = 0, yhi = 0;
     ok = fscanf(f, " reg %d %d %d %d %lf %lf", &g, &pass, &nf, &fitted, &ylo, &yhi) == 6 &&
-         g >= 0 && g < N_GROUPS && isfinite(ylo) && isfinite(yhi) && pass >= 0 && pass < 2 &&
+         g >= 0 && g < N_GROUPS && isfinite(ylo) && isfinite(yhi) && pass >= 0 && pass < N_PASS &&
          nf >= 0 && nf < MAXF;
     if (!ok)
       break;

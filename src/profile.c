@@ -247,7 +247,7 @@ int bt_profile_add(bt_profile *p, bt_layer l, int batch, const char *source, bt_
   e->batch = batch;
   snprintf(e->spec, sizeof e->spec, "%s", spec);
   snprintf(e->source, sizeof e->source, "%s", source);
-  e->host_fwd = e->host_bwd = e->fwd = e->bwd = NAN;
+  e->host_fwd = e->host_bwd = e->fwd = e->bwd = e->host_bwd_nodin = e->bwd_nodin = NAN;
   return 1;
 }
 
@@ -448,9 +448,18 @@ static void *falloc(size_t floats) {
   return f;
 }
 
-/* Minimum forward and backward seconds of `repeats` runs after a warm-up; a
- * layer whose two smallest runs disagree by > 5% gets up to 3 more rounds. */
-static int time_layer(bt_profile_entry *e, int repeats, int wall, bt_err *err) {
+static void keep_two_smallest(double t, double *t1, double *t2) {
+  if (t < *t1)
+    *t2 = *t1, *t1 = t;
+  else if (t < *t2)
+    *t2 = t;
+}
+
+/* Minimum forward and backward seconds of `repeats` runs after a warm-up
+ * (with `nodin`, of a convolution or dense layer, also the backward without
+ * the input gradient: a model's first layer); a layer whose two smallest
+ * runs disagree by > 5% gets up to 3 more rounds. */
+static int time_layer(bt_profile_entry *e, int repeats, int wall, int nodin, bt_err *err) {
   const bt_layer *l = &e->layer;
   const int B = e->batch;
   const size_t nin = bt_shape_elems(l->in) * B, nout = bt_shape_elems(l->out) * B;
@@ -471,7 +480,8 @@ static int time_layer(bt_profile_entry *e, int repeats, int wall, bt_err *err) {
     in[i] = bt_rng_normal(&r);
   for (size_t i = 0; i < nout; i++)
     dout[i] = 1e-3f * bt_rng_normal(&r);
-  double f1 = INFINITY, f2 = INFINITY, b1 = INFINITY, b2 = INFINITY;
+  double f1 = INFINITY, f2 = INFINITY, b1 = INFINITY, b2 = INFINITY, n1 = INFINITY, n2 = INFINITY;
+  nodin = nodin && bt_pass_backward_of(l, 0) == BT_PASS_BWD_NODIN;
   for (int round = 0; round < 4; round++) {
     for (int k = round == 0 ? -1 : 0; k < repeats; k++) {
       bt_exec x = {.training = 1,
@@ -485,24 +495,25 @@ static int time_layer(bt_profile_entry *e, int repeats, int wall, bt_err *err) {
       double t1 = now_s(wall);
       bt_layer_backward(l, P, in, out, aux, dout, din, dP, B, &x);
       double t2 = now_s(wall);
+      if (nodin)
+        bt_layer_backward(l, P, in, out, aux, dout, NULL, dP, B, &x);
+      double t3 = nodin ? now_s(wall) : t2;
       if (k < 0)
         continue;
-      double f = t1 - t0, b = t2 - t1;
-      if (f < f1)
-        f2 = f1, f1 = f;
-      else if (f < f2)
-        f2 = f;
-      if (b < b1)
-        b2 = b1, b1 = b;
-      else if (b < b2)
-        b2 = b;
+      keep_two_smallest(t1 - t0, &f1, &f2);
+      keep_two_smallest(t2 - t1, &b1, &b2);
+      if (nodin)
+        keep_two_smallest(t3 - t2, &n1, &n2);
     }
     e->spread = repeats > 1 ? fmax((f2 - f1) / f1, (b2 - b1) / b1) : 0;
+    if (nodin && repeats > 1)
+      e->spread = fmax(e->spread, (n2 - n1) / n1);
     if (e->spread <= 0.05)
       break;
   }
   e->host_fwd = f1 > 0 ? f1 : 1e-9;
   e->host_bwd = b1 > 0 ? b1 : 1e-9;
+  e->host_bwd_nodin = nodin ? (n1 > 0 ? n1 : 1e-9) : NAN;
 done:
   free(P), free(S), free(in), free(out), free(aux), free(ws), free(dout), free(din), free(dP);
   free(labels);
@@ -525,11 +536,12 @@ int bt_profile_measure(bt_profile *p, const bt_device *dev, const bt_device *hos
    * layers (within one pass neighbouring rows' errors correlate), and a
    * later pass finds most of those layers in a quiet moment. */
   const int n = p->n, P = p->passes;
-  double *best = malloc((size_t)(4 * n + 1) * sizeof *best);
+  double *best = malloc((size_t)(6 * n + 1) * sizeof *best);
   if (!best)
     return bt_err_set(err, "out of memory");
   double *bf = best, *bb = best + n, *sf = best + 2 * n, *sb = best + 3 * n;
-  for (int i = 0; i < 4 * n; i++)
+  double *bn = best + 4 * n, *sn = best + 5 * n;
+  for (int i = 0; i < 6 * n; i++)
     best[i] = INFINITY;
   /* The host rates behind the mapping are kept the same way: measured again
    * before every later pass, the best figures kept (a load burst during the
@@ -553,7 +565,7 @@ int bt_profile_measure(bt_profile *p, const bt_device *dev, const bt_device *hos
     }
     for (int i = 0; i < n; i++) {
       bt_profile_entry *e = &p->e[i];
-      if (time_layer(e, repeats, wall, err) < 0) {
+      if (time_layer(e, repeats, wall, p->nodin, err) < 0) {
         free(best);
         return -1;
       }
@@ -561,6 +573,10 @@ int bt_profile_measure(bt_profile *p, const bt_device *dev, const bt_device *hos
       bf[i] = fmin(bf[i], e->host_fwd);
       sb[i] = fmin(sb[i], fmax(bb[i], e->host_bwd));
       bb[i] = fmin(bb[i], e->host_bwd);
+      if (isfinite(e->host_bwd_nodin)) {
+        sn[i] = fmin(sn[i], fmax(bn[i], e->host_bwd_nodin));
+        bn[i] = fmin(bn[i], e->host_bwd_nodin);
+      }
       if (progress)
         progress(ctx, pass * n + i + 1, P * n);
     }
@@ -568,9 +584,12 @@ int bt_profile_measure(bt_profile *p, const bt_device *dev, const bt_device *hos
   for (int i = 0; i < n; i++) {
     bt_profile_entry *e = &p->e[i];
     e->host_fwd = bf[i], e->host_bwd = bb[i];
+    e->host_bwd_nodin = isfinite(bn[i]) ? bn[i] : NAN;
     /* Several passes: the spread is that of the two best passes. */
     if (P > 1)
       e->spread = fmax((sf[i] - bf[i]) / bf[i], (sb[i] - bb[i]) / bb[i]);
+    if (P > 1 && isfinite(bn[i]) && isfinite(sn[i]))
+      e->spread = fmax(e->spread, (sn[i] - bn[i]) / bn[i]);
     if (dev) {
       e->fwd =
           bt_device_layer_mapped(dev, &host_best, &e->layer, e->batch, BT_PASS_FWD, e->host_fwd, 0)
@@ -578,9 +597,15 @@ int bt_profile_measure(bt_profile *p, const bt_device *dev, const bt_device *hos
       e->bwd =
           bt_device_layer_mapped(dev, &host_best, &e->layer, e->batch, BT_PASS_BWD, e->host_bwd, 0)
               .total;
+      e->bwd_nodin = isfinite(e->host_bwd_nodin)
+                         ? bt_device_layer_mapped(dev, &host_best, &e->layer, e->batch,
+                                                  BT_PASS_BWD_NODIN, e->host_bwd_nodin, 0)
+                               .total
+                         : NAN;
     } else {
       e->fwd = e->host_fwd;
       e->bwd = e->host_bwd;
+      e->bwd_nodin = e->host_bwd_nodin;
     }
   }
   free(best);
@@ -674,6 +699,16 @@ int bt_profile_write(const bt_profile *p, const char *path, bt_err *err) {
         v[i] = x[k];
       }
       rc |= write_ds(f, names[k], H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, v);
+    }
+    /* Optional: sets profiled with --nodin (NaN where a layer was not). */
+    int any = 0;
+    for (int i = 0; i < p->n; i++)
+      any = any || isfinite(p->e[i].host_bwd_nodin);
+    for (int k = 0; any && k < 2; k++) {
+      for (int i = 0; i < p->n; i++)
+        v[i] = k ? p->e[i].bwd_nodin : p->e[i].host_bwd_nodin;
+      rc |=
+          write_ds(f, k ? "bwd_nodin" : "host_bwd_nodin", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, v);
     }
   }
   free(v), free(bi), free(specs), free(srcs);
@@ -796,6 +831,16 @@ int bt_profile_read(const char *path, bt_profile *p, bt_err *err) {
                       path, names[k], n);
   if (rc == 0 && n == 0)
     rc = bt_err_set(err, "%s: the profiling set has no layers", path);
+  /* Optional pair (--nodin): both or neither, NaN or positive. */
+  double *vn[2] = {0};
+  const int has_nodin = rc == 0 && H5Lexists(f, "host_bwd_nodin", H5P_DEFAULT) > 0;
+  if (rc == 0 && (has_nodin || H5Lexists(f, "bwd_nodin", H5P_DEFAULT) > 0) &&
+      (read_ds(f, "host_bwd_nodin", H5T_NATIVE_DOUBLE, &n, (void **)&vn[0], sizeof(double)) < 0 ||
+       read_ds(f, "bwd_nodin", H5T_NATIVE_DOUBLE, &n, (void **)&vn[1], sizeof(double)) < 0))
+    rc = bt_err_set(err,
+                    "%s: datasets host_bwd_nodin and bwd_nodin must both exist with one row per "
+                    "layer, or neither",
+                    path);
   for (long i = 0; rc == 0 && i < n; i++) {
     if (!specs[i] || !srcs[i]) {
       rc = bt_err_set(err, "%s: row %ld has no spec", path, i);
@@ -807,6 +852,12 @@ int bt_profile_read(const char *path, bt_profile *p, bt_err *err) {
                         path, i, specs[i], names[k], v[k][i]);
         break;
       }
+    for (int k = 0; rc == 0 && vn[0] && k < 2; k++)
+      if (!isnan(vn[k][i]) && !(vn[k][i] > 0 && isfinite(vn[k][i])))
+        rc = bt_err_set(err,
+                        "%s: row %ld (%.200s): %s = %g; times must be positive and finite "
+                        "(NaN: not timed)",
+                        path, i, specs[i], k ? "bwd_nodin" : "host_bwd_nodin", vn[k][i]);
     if (rc == 0 && (bi[i] < 1 || bi[i] > 1 << 20))
       rc = bt_err_set(err, "%s: row %ld: batch %d out of range", path, i, (int)bi[i]);
     if (rc < 0)
@@ -829,6 +880,8 @@ int bt_profile_read(const char *path, bt_profile *p, bt_err *err) {
     bt_profile_entry *e = &p->e[p->n - 1];
     e->host_fwd = v[0][i], e->host_bwd = v[1][i], e->fwd = v[2][i], e->bwd = v[3][i];
     e->spread = isfinite(v[4][i]) ? v[4][i] : 0;
+    if (vn[0])
+      e->host_bwd_nodin = vn[0][i], e->bwd_nodin = vn[1][i];
   }
   if (specs) { /* variable-length strings were allocated by HDF5 */
     for (long i = 0; i < n; i++)
@@ -842,6 +895,7 @@ int bt_profile_read(const char *path, bt_profile *p, bt_err *err) {
   free(specs), free(srcs), free(bi);
   for (int k = 0; k < 5; k++)
     free(v[k]);
+  free(vn[0]), free(vn[1]);
   H5Tclose(st);
   H5Fclose(f);
   bt_h5_quiet_end(q);

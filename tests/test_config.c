@@ -55,6 +55,7 @@ static const char *const all_keys[] = {
     "throttle",
     "replan.every",
     "replan.threshold",
+    "replan.caution",
     "links.bandwidth_mbps",
     "links.latency_ms",
     "links.jitter_ms",

@@ -672,3 +672,92 @@ Test(predictor, a_directory_of_sets_is_sorted_into_roles) {
   bt_profile_free(&d);
   bt_profile_free(&h);
 }
+
+/* Mean log ratio of the predicted host time of the backward without input
+ * gradient to c's over c's random convolutions and dense layers. */
+static double nodin_log_bias(const bt_predictor *p, const bt_profile *c) {
+  double s = 0;
+  int n = 0;
+  for (int i = 0; i < c->n; i++)
+    if (strcmp(c->e[i].source, "random") == 0 && isfinite(c->e[i].host_bwd_nodin)) {
+      s += log(bt_predictor_host_time(p, &c->e[i].layer, c->e[i].batch, BT_PASS_BWD_NODIN) /
+               c->e[i].host_bwd_nodin);
+      n++;
+    }
+  return n ? s / n : NAN;
+}
+
+Test(predictor, a_first_layer_backward_without_input_gradient_is_learnt) {
+  world w;
+  make_world(&w);
+  bt_err err = {{0}};
+  /* A host corpus that also timed the backward without the input gradient:
+   * 0.7x what the host device model says, which the fallback (the full
+   * backward times the model's share) cannot know. */
+  bt_profile c;
+  synth_seed(&c, NULL, 400, 2);
+  bt_device host;
+  cr_assert_eq(bt_host_as_device(&c.host, &host, &err), 0);
+  int timed = 0;
+  for (int i = 0; i < c.n; i++) {
+    bt_profile_entry *e = &c.e[i];
+    if (bt_pass_backward_of(&e->layer, 0) != BT_PASS_BWD_NODIN)
+      continue;
+    e->host_bwd_nodin = e->bwd_nodin =
+        0.7 * bt_device_layer_analytic(&host, &e->layer, e->batch, BT_PASS_BWD_NODIN, 0).total *
+        scatter(i, 2);
+    timed++;
+  }
+  cr_assert_gt(timed, 100);
+  bt_predictor *plain, *with;
+  cr_assert_eq(bt_predictor_fit(w.s, w.names, N_DEVS + 1, NULL, NULL, &plain, &err), 0, "%s",
+               err.msg);
+  cr_assert_eq(bt_predictor_fit_ex(w.s, w.names, N_DEVS + 1, NULL, &c, 1, NULL, &with, &err), 0,
+               "%s", err.msg);
+  const double b_plain = nodin_log_bias(plain, &c), b_with = nodin_log_bias(with, &c);
+  cr_assert_gt(b_plain, 0.25, "the fallback does not know the 0.7: bias %.3f", b_plain);
+  cr_assert_lt(fabs(b_with), 0.08, "fitted on the corpus: bias %.3f", b_with);
+  /* Kinds that compute nothing but the input gradient keep their backward. */
+  bt_layer relu = bt_relu();
+  relu.in = (bt_shape){8, 8, 16};
+  cr_assert_eq(bt_layer_finalize(&relu, "relu", &err), 0);
+  cr_assert_eq(bt_predictor_predict_dev(with, 0, &relu, 4, BT_PASS_BWD_NODIN),
+               bt_predictor_predict_dev(with, 0, &relu, 4, BT_PASS_BWD));
+  /* The regression survives the model file. */
+  char path[256];
+  tmp_path(path, sizeof path, "nodin.txt");
+  bt_predictor *back;
+  cr_assert_eq(bt_predictor_save(with, path, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_predictor_load(path, &back, &err), 0, "%s", err.msg);
+  for (int i = 0; i < c.n; i += 7) {
+    const bt_profile_entry *e = &c.e[i];
+    const double a = bt_predictor_predict_dev(with, 1, &e->layer, e->batch, BT_PASS_BWD_NODIN),
+                 b = bt_predictor_predict_dev(back, 1, &e->layer, e->batch, BT_PASS_BWD_NODIN);
+    cr_assert_float_eq(a, b, 1e-6 * a, "row %d: %g vs %g", i, a, b);
+  }
+  remove(path);
+  bt_predictor_free(back);
+  bt_predictor_free(with);
+  bt_predictor_free(plain);
+  /* The profile file keeps the optional columns; a bad value is refused. */
+  tmp_path(path, sizeof path, "nodin.h5");
+  cr_assert_eq(bt_profile_write(&c, path, &err), 0, "%s", err.msg);
+  bt_profile r;
+  cr_assert_eq(bt_profile_read(path, &r, &err), 0, "%s", err.msg);
+  for (int i = 0; i < c.n; i++)
+    cr_assert(isnan(c.e[i].host_bwd_nodin) ? isnan(r.e[i].host_bwd_nodin)
+                                           : r.e[i].host_bwd_nodin == c.e[i].host_bwd_nodin,
+              "row %d", i);
+  bt_profile_free(&r);
+  for (int i = 0; i < c.n; i++)
+    if (isfinite(c.e[i].host_bwd_nodin)) {
+      c.e[i].host_bwd_nodin = -1;
+      break;
+    }
+  cr_assert_eq(bt_profile_write(&c, path, &err), 0, "%s", err.msg);
+  cr_assert_lt(bt_profile_read(path, &r, &err), 0);
+  cr_assert(strstr(err.msg, "host_bwd_nodin = -1"), "%s", err.msg);
+  remove(path);
+  bt_profile_free(&c);
+  free_world(&w);
+}

@@ -4,7 +4,9 @@
 # three real host variants that the evaluation treats as unseen devices
 # (BLIS haswell and generic kernel sets, two BLIS threads), and a host corpus
 # of CORPUS further random layers (another seed) that only the host-time
-# model is fitted on (corpus-host.h5).
+# model is fitted on (corpus-host.h5; with --nodin it also times each
+# convolution's and dense layer's backward without the input gradient, what
+# a model's first layer runs).
 #   experiments/predictor/profile-all.sh [REPEATS] [RANDOM] [PASSES] [CORPUS]
 # BATON=path picks the binary (default ./build/baton), OUT=dir the output
 # directory (default data/predictor). Each device is timed afresh (the host
@@ -37,5 +39,5 @@ BLIS_NUM_THREADS=2 "$baton" profile --device host --threads 2 --out "$out/host-t
   "${opts[@]}"
 if [ "$corpus" -gt 0 ]; then
   "$baton" profile --device host --seed 2 --random "$corpus" --out "$out/corpus-host.h5" \
-    --repeats "$repeats" --passes "$passes" --quiet
+    --repeats "$repeats" --passes "$passes" --nodin --quiet
 fi

@@ -9,7 +9,8 @@
 # re-planning recovered (target: at least 80%). A run with replan.every=0
 # is the reference without re-planning.
 #   experiments/replan/run.sh [ITERATIONS]   (BATON=path picks the binary;
-#   MODEL, DEVICES, RANK and PARTITION=predicted|oracle pick the scenario)
+#   MODEL, DEVICES, RANK and PARTITION=predicted|oracle pick the scenario,
+#   CAUTION sets replan.caution)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/common.sh
@@ -26,7 +27,8 @@ run() { # EVERY
   mpirun -np "$np" --oversubscribe "$baton" train experiments/configs/vgg11-4dev.yaml \
     --set model="$model" --set devices="$devices" --set partition="${PARTITION:-predicted}" \
     --set iterations="$iters" --set throttle="$rank:20:2" \
-    --set replan.every="$1" --set output="$out/every$1.h5" --set progress=never |
+    --set replan.every="$1" --set output="$out/every$1.h5" --set progress=never \
+    ${CAUTION:+--set replan.caution="$CAUTION"} |
     grep -E "^(plan|re-plan|pipeline)" || true
 }
 throughput() { # FILE RANGE -> samples/s
@@ -48,6 +50,7 @@ echo "re-planning:    ${before} samples/s before, ${hit} right after (old plan),
 awk -v sb="$static_before" -v sa="$static_after" -v a="$after" 'BEGIN {
   lost = sb - sa; if (lost <= 0) { print "the slowdown cost the static plan no throughput"; exit 1 }
   r = (a - sa) / lost
+  printf "the slowdown took %.1f%% of the static plan'\''s throughput\n", 100 * lost / sb
   printf "recovered %.1f%% of the throughput the slowdown took from the static plan " \
     "(target: 80%%)\n", 100 * r
   exit !(r >= 0.8) }'

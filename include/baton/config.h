@@ -134,6 +134,10 @@ typedef struct bt_config {
    * time, with the weight migration spread over the remaining iterations,
    * beats the current plan's by more than this fraction. Default 0.05. */
   double replan_threshold;
+  /* replan.caution: with partition predicted, the (device, layer) pairs a
+   * new plan would run for the first time count this fraction slower than
+   * predicted when it is weighed against the current plan. Default 0.1. */
+  double replan_caution;
   /* clock: "virtual" (emulated device time), "wall" (sleep to device time) or
    * "none" (real hardware, no emulation). Default "virtual". */
   char clock[BT_CONFIG_ENUM_MAX];

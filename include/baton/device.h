@@ -156,7 +156,13 @@ double bt_device_op_mapped(const bt_device *d, const bt_device *host, const bt_d
 
 /* ---- layers ----------------------------------------------------------- */
 
-typedef enum bt_pass { BT_PASS_FWD, BT_PASS_BWD } bt_pass;
+/* BT_PASS_BWD_NODIN: the backward pass of a model's first layer, which
+ * computes no input gradient (nothing upstream needs it): a convolution or
+ * dense layer then runs only its weight gradient. For every other kind it is
+ * the same as BT_PASS_BWD. bt_pass_backward_of gives the backward
+ * pass of layer `index` (0-based) of a model. */
+typedef enum bt_pass { BT_PASS_FWD, BT_PASS_BWD, BT_PASS_BWD_NODIN } bt_pass;
+bt_pass bt_pass_backward_of(const bt_layer *l, int index);
 
 enum { BT_DEVICE_LAYER_OPS_MAX = 64 };
 

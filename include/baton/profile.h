@@ -44,6 +44,10 @@ typedef struct bt_profile_entry {
   double host_fwd, host_bwd; /* host seconds (min of repeats) */
   double fwd, bwd;           /* device seconds (= host on the host) */
   double spread;             /* (2nd smallest - smallest) / smallest, worst pass */
+  /* Backward without the input gradient (a model's first layer), host and
+   * device seconds: convolutions and dense layers of sets profiled with
+   * nodin; NaN otherwise. */
+  double host_bwd_nodin, bwd_nodin;
 } bt_profile_entry;
 
 typedef struct bt_profile {
@@ -53,6 +57,7 @@ typedef struct bt_profile {
   char clock[16]; /* "thread" or "wall" */
   int repeats;
   int passes; /* timing passes over the corpus (minimum kept); 0 or 1: one */
+  int nodin;  /* bt_profile_measure also times the backward without input gradient */
   uint64_t seed;
   bt_host_rates host;
   int n, cap;

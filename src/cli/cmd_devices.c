@@ -93,7 +93,8 @@ static void print_layers(const bt_device *d, const bt_model *m, int batch, long 
   }
   for (int i = 0; i < m->n_layers; i++) {
     tf[i] = bt_device_layer_analytic(d, &m->layers[i], batch, BT_PASS_FWD, iteration);
-    tb[i] = bt_device_layer_analytic(d, &m->layers[i], batch, BT_PASS_BWD, iteration);
+    tb[i] = bt_device_layer_analytic(d, &m->layers[i], batch, bt_pass_backward_of(&m->layers[i], i),
+                                     iteration);
     sum_f += tf[i].total;
     sum_b += tb[i].total;
     sum_over += tf[i].overhead + tb[i].overhead;

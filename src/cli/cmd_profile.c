@@ -26,6 +26,8 @@ static void profile_usage(FILE *f) {
           "  --passes P        time the whole corpus P times, minimum per layer over the\n"
           "                    passes (default 1; load bursts then miss most layers)\n"
           "  --probes          time only the probe set (at most 10 layers)\n"
+          "  --nodin           also time the backward of convolutions and dense layers\n"
+          "                    without the input gradient (what a model's first layer runs)\n"
           "  --arch A          BLIS kernels: auto, skx, haswell, sandybridge, generic\n"
           "  --threads T       BLIS threads (default 1; > 1 times with the wall clock)\n"
           "  --quiet           no progress line\n");
@@ -51,7 +53,8 @@ static int int_arg(const char *opt, const char *v, int lo, int hi, int *out) {
 
 int bt_cmd_profile(int argc, char **argv) {
   const char *device = NULL, *out = NULL, *arch = "auto";
-  int n_random = 300, seed = 1, repeats = 10, passes = 1, threads = 1, probes = 0, quiet = 0;
+  int n_random = 300, seed = 1, repeats = 10, passes = 1, threads = 1, probes = 0, quiet = 0,
+      nodin = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -62,6 +65,8 @@ int bt_cmd_profile(int argc, char **argv) {
       probes = 1;
     } else if (strcmp(a, "--quiet") == 0) {
       quiet = 1;
+    } else if (strcmp(a, "--nodin") == 0) {
+      nodin = 1;
     } else if (!v) {
       profile_usage(stderr);
       return bt_cli_fail("profile", "unknown option or missing value: %s", a) + 1;
@@ -114,6 +119,7 @@ int bt_cmd_profile(int argc, char **argv) {
     return bt_cli_fail("profile", "%s", err.msg);
   p.seed = (uint64_t)seed;
   p.passes = passes;
+  p.nodin = nodin;
   p.threads = bt_gemm_threads();
   snprintf(p.blis_arch, sizeof p.blis_arch, "%s", bt_gemm_arch());
   int rc = probes ? bt_profile_probe_set(&p, &err) : bt_profile_corpus(&p, p.seed, n_random, &err);

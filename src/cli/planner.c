@@ -237,9 +237,10 @@ void cli_planner_truth_at(cli_planner *pl, long iteration) {
       pl->true_fwd[d * L + l] = bt_device_layer_mapped(&pl->dev[d], &pl->host, y, mb, BT_PASS_FWD,
                                                        pl->host_fwd[l], iteration)
                                     .total;
-      pl->true_bwd[d * L + l] = bt_device_layer_mapped(&pl->dev[d], &pl->host, y, mb, BT_PASS_BWD,
-                                                       pl->host_bwd[l], iteration)
-                                    .total;
+      pl->true_bwd[d * L + l] =
+          bt_device_layer_mapped(&pl->dev[d], &pl->host, y, mb, bt_pass_backward_of(y, l),
+                                 pl->host_bwd[l], iteration)
+              .total;
     }
 }
 
@@ -303,7 +304,8 @@ static void predict_row(const cli_planner *pl, int d, double *fwd, double *bwd) 
   for (int l = 0; l < pl->n_layers; l++) {
     const bt_layer *y = &pl->model->layers[l];
     fwd[l] = bt_predictor_predict_dev(pl->predictor, dev, y, pl->micro_batch, BT_PASS_FWD);
-    bwd[l] = bt_predictor_predict_dev(pl->predictor, dev, y, pl->micro_batch, BT_PASS_BWD);
+    bwd[l] =
+        bt_predictor_predict_dev(pl->predictor, dev, y, pl->micro_batch, bt_pass_backward_of(y, l));
   }
 }
 
@@ -357,7 +359,7 @@ int cli_planner_learn(cli_planner *pl, int d, int first, int count, const double
     if (fwd[k] > 0 && isfinite(fwd[k]))
       s[n++] = (bt_pred_sample){y, pl->micro_batch, BT_PASS_FWD, fwd[k]};
     if (bwd[k] > 0 && isfinite(bwd[k]))
-      s[n++] = (bt_pred_sample){y, pl->micro_batch, BT_PASS_BWD, bwd[k]};
+      s[n++] = (bt_pred_sample){y, pl->micro_batch, bt_pass_backward_of(y, first + k), bwd[k]};
   }
   int rc = n ? bt_predictor_update(pl->predictor, pl->head[d], s, n, err) : 0;
   free(s);
