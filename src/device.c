@@ -538,10 +538,8 @@ static bt_op_class layer_class(bt_layer_kind k) {
   }
 }
 
-/* Bytes read and written, following what the kernels in layers.c touch:
- * forward reads the input (and weights) and writes the output and aux;
- * backward reads the output gradient and what forward saved and writes the
- * input gradient (and adds into the weight gradient). */
+/* The kinds whose backward without the input gradient is a weight gradient
+ * alone; for the others it is the whole backward. */
 static int weight_gradient_only(const bt_layer *l) {
   return l->kind == BT_CONV2D || l->kind == BT_DWCONV2D || l->kind == BT_DENSE;
 }
@@ -550,6 +548,10 @@ bt_pass bt_pass_backward_of(const bt_layer *l, int index) {
   return index == 0 && weight_gradient_only(l) ? BT_PASS_BWD_NODIN : BT_PASS_BWD;
 }
 
+/* Bytes read and written, following what the kernels in layers.c touch:
+ * forward reads the input (and weights) and writes the output and aux;
+ * backward reads the output gradient and what forward saved and writes the
+ * input gradient (and adds into the weight gradient). */
 static void layer_ops(const bt_layer *l, int batch, bt_pass pass, op_list *o) {
   const double b = batch > 0 ? batch : 0, f = sizeof(float);
   if (pass == BT_PASS_BWD_NODIN && !weight_gradient_only(l))

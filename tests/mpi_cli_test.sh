@@ -173,29 +173,26 @@ expect_ok $? replan-logged "plan 1 from iteration 4 (oracle)"
 # The host times come from a fixed store (this host's key, times measured
 # once on a release build) so that the plans, and so the order, are the same
 # in every build: a sanitized build's own times put rpi5 first.
-fixed_times() { # LAYER-KEY -> FWD BWD seconds (the host's rates: GFLOP/s, GB/s)
-  case "$1" in
-  "#host-rates") echo 95.8 38.4 ;;
-  "b4 nodin conv2d 28x28x1>28x28x6 u6 k5x5 s1 p2") echo 3.07e-05 3.85e-05 ;;
-  "b4 relu 28x28x6>28x28x6 u0 k1x1 s1 p0") echo 5.98e-06 7.24e-06 ;;
-  "b4 maxpool 28x28x6>14x14x6 u0 k2x2 s2 p0") echo 2.19e-05 6.32e-06 ;;
-  "b4 conv2d 14x14x6>10x10x16 u16 k5x5 s1 p0") echo 2.03e-05 1.20e-04 ;;
-  "b4 relu 10x10x16>10x10x16 u0 k1x1 s1 p0") echo 2.22e-06 2.59e-06 ;;
-  "b4 maxpool 10x10x16>5x5x16 u0 k2x2 s2 p0") echo 5.01e-06 2.71e-06 ;;
-  "b4 flatten 5x5x16>1x1x400 u0 k1x1 s1 p0") echo 8.84e-07 1.03e-06 ;;
-  "b4 dense 1x1x400>1x1x120 u120 k1x1 s1 p0") echo 3.42e-05 6.04e-05 ;;
-  "b4 relu 1x1x120>1x1x120 u0 k1x1 s1 p0") echo 7.89e-07 7.08e-07 ;;
-  "b4 dense 1x1x120>1x1x84 u84 k1x1 s1 p0") echo 1.16e-05 1.94e-05 ;;
-  "b4 relu 1x1x84>1x1x84 u0 k1x1 s1 p0") echo 7.02e-07 6.76e-07 ;;
-  "b4 dense 1x1x84>1x1x10 u10 k1x1 s1 p0") echo 5.39e-06 9.07e-06 ;;
-  "b4 softmax_ce 1x1x10>1x1x10 u0 k1x1 s1 p0") echo 1.91e-06 6.80e-07 ;;
-  esac
-}
+# KEY<tab>FWD<tab>BWD seconds (the host's rates: GFLOP/s, GB/s)
+cat >"$tmp/fixed-times.tsv" <<'TIMES'
+#host-rates	95.8	38.4
+b4 nodin conv2d 28x28x1>28x28x6 u6 k5x5 s1 p2	3.07e-05	3.85e-05
+b4 relu 28x28x6>28x28x6 u0 k1x1 s1 p0	5.98e-06	7.24e-06
+b4 maxpool 28x28x6>14x14x6 u0 k2x2 s2 p0	2.19e-05	6.32e-06
+b4 conv2d 14x14x6>10x10x16 u16 k5x5 s1 p0	2.03e-05	1.20e-04
+b4 relu 10x10x16>10x10x16 u0 k1x1 s1 p0	2.22e-06	2.59e-06
+b4 maxpool 10x10x16>5x5x16 u0 k2x2 s2 p0	5.01e-06	2.71e-06
+b4 flatten 5x5x16>1x1x400 u0 k1x1 s1 p0	8.84e-07	1.03e-06
+b4 dense 1x1x400>1x1x120 u120 k1x1 s1 p0	3.42e-05	6.04e-05
+b4 relu 1x1x120>1x1x120 u0 k1x1 s1 p0	7.89e-07	7.08e-07
+b4 dense 1x1x120>1x1x84 u84 k1x1 s1 p0	1.16e-05	1.94e-05
+b4 relu 1x1x84>1x1x84 u0 k1x1 s1 p0	7.02e-07	6.76e-07
+b4 dense 1x1x84>1x1x10 u10 k1x1 s1 p0	5.39e-06	9.07e-06
+b4 softmax_ce 1x1x10>1x1x10 u0 k1x1 s1 p0	1.91e-06	6.80e-07
+TIMES
 # The store the earlier runs filled holds these layers under this host's key.
-while IFS=$'\t' read -r host key fwd bwd; do
-  t=$(fixed_times "$key")
-  [ -n "$t" ] && printf '%s\t%s\t%s\t%s\n' "$host" "$key" ${t% *} ${t#* }
-done <"$tmp/calibration.tsv" >"$tmp/fixed.tsv"
+awk -F'\t' -v OFS='\t' 'NR == FNR { t[$1] = $2 OFS $3; next } ($2 in t) { print $1, $2, t[$2] }' \
+  "$tmp/fixed-times.tsv" "$tmp/calibration.tsv" >"$tmp/fixed.tsv"
 ro=(--set data.train_samples=256 --set iterations=10 --set devices=rpi4,jetson-orin-nano,rpi3bplus,rpi5
   --set partition=oracle --set throttle=3:4:50 --set progress=never --set calibration="$tmp/fixed.tsv")
 mpi 4 "$baton" train "${syn[@]}" "${ro[@]}" --set replan.every=0 --set output="$tmp/ro-static.h5"
