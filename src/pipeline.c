@@ -381,6 +381,10 @@ int bt_pipeline_create(bt_pipeline **out, MPI_Comm comm, const bt_pipeline_confi
                cfg->batch_size);
     goto fail;
   }
+  if (cfg->root < 0 || cfg->root >= p->size) {
+    bt_err_set(err, "the pipeline's root rank %d is not one of its %d ranks", cfg->root, p->size);
+    goto fail;
+  }
   p->cuts = malloc((size_t)(p->size + 1) * sizeof(int));
   if (!p->cuts)
     goto fail;
@@ -714,7 +718,8 @@ int bt_pipeline_step(bt_pipeline *p, const float *x, const int32_t *y, long step
   }
   double local[2] = {ex.loss_sum, (double)ex.correct}, total[2] = {0, 0};
   const double c_r = thread_cpu_now();
-  MPI_TRY(p, err, waited(p, MPI_Reduce(local, total, 2, MPI_DOUBLE, MPI_SUM, 0, p->comm), c_r));
+  MPI_TRY(p, err,
+          waited(p, MPI_Reduce(local, total, 2, MPI_DOUBLE, MPI_SUM, p->cfg.root, p->comm), c_r));
   p->st.loss = total[0] / p->cfg.batch_size;
   p->st.correct = (long)total[1];
   p->st.iter_time = p->now - clock0;
@@ -763,25 +768,27 @@ void bt_pipeline_layer_times(const bt_pipeline *p, const double **fwd, const dou
 bt_stage *bt_pipeline_stage(bt_pipeline *p) { return &p->stage; }
 
 /* Moves one whole-model vector between the stages' slices (`count` floats
- * at global `offset` on each rank) and rank 0's whole copy: gathered to
- * rank 0 (to_root) or scattered from it. Collective. */
+ * at global `offset` on each rank) and the root's whole copy: gathered to
+ * the root (to_root) or scattered from it. Collective. */
 static int move_vector(bt_pipeline *p, int to_root, float *all, float *mine, int count, int offset,
                        bt_err *err) {
   int *counts = NULL, *displs = NULL;
-  if (p->rank == 0) {
+  const int root = p->cfg.root;
+  if (p->rank == root) {
     counts = malloc((size_t)p->size * sizeof(int));
     displs = malloc((size_t)p->size * sizeof(int));
     if (!counts || !displs) {
       free(counts), free(displs);
-      return bt_err_set(err, "rank 0: out of memory moving parameters");
+      return bt_err_set(err, "rank %d: out of memory moving parameters", root);
     }
   }
-  int rc = MPI_Gather(&count, 1, MPI_INT, counts, 1, MPI_INT, 0, p->comm);
+  int rc = MPI_Gather(&count, 1, MPI_INT, counts, 1, MPI_INT, root, p->comm);
   if (rc == MPI_SUCCESS)
-    rc = MPI_Gather(&offset, 1, MPI_INT, displs, 1, MPI_INT, 0, p->comm);
+    rc = MPI_Gather(&offset, 1, MPI_INT, displs, 1, MPI_INT, root, p->comm);
   if (rc == MPI_SUCCESS)
-    rc = to_root ? MPI_Gatherv(mine, count, MPI_FLOAT, all, counts, displs, MPI_FLOAT, 0, p->comm)
-                 : MPI_Scatterv(all, counts, displs, MPI_FLOAT, mine, count, MPI_FLOAT, 0, p->comm);
+    rc = to_root
+             ? MPI_Gatherv(mine, count, MPI_FLOAT, all, counts, displs, MPI_FLOAT, root, p->comm)
+             : MPI_Scatterv(all, counts, displs, MPI_FLOAT, mine, count, MPI_FLOAT, root, p->comm);
   free(counts), free(displs);
   return rc == MPI_SUCCESS
              ? 0
@@ -798,10 +805,11 @@ int bt_pipeline_gather_params(bt_pipeline *p, float *params, float *state, bt_er
   bt_stage *s = &p->stage;
   if (gather_vector(p, s->params, (int)s->n_params, (int)s->param_base, params, err) < 0)
     return -1;
-  /* Collective on every rank, whatever rank 0 asked for. */
+  /* Collective on every rank, whatever the root asked for. */
   float *sink = NULL;
-  if (p->rank == 0 && !state && !(sink = malloc((p->cfg.model->n_state + 1) * sizeof(float))))
-    return bt_err_set(err, "rank 0: out of memory gathering state");
+  if (p->rank == p->cfg.root && !state &&
+      !(sink = malloc((p->cfg.model->n_state + 1) * sizeof(float))))
+    return bt_err_set(err, "rank %d: out of memory gathering state", p->rank);
   int rc =
       gather_vector(p, s->state, (int)s->n_state, (int)s->state_base, state ? state : sink, err);
   free(sink);
@@ -869,7 +877,7 @@ int bt_pipeline_evaluate(bt_pipeline *p, const float *x, const int32_t *y, long 
   }
   free(buf);
   double local[2] = {ex.loss_sum, (double)ex.correct}, total[2] = {0, 0};
-  MPI_TRY(p, err, MPI_Reduce(local, total, 2, MPI_DOUBLE, MPI_SUM, 0, p->comm));
+  MPI_TRY(p, err, MPI_Reduce(local, total, 2, MPI_DOUBLE, MPI_SUM, p->cfg.root, p->comm));
   *loss = n ? total[0] / (double)n : 0;
   *correct = (long)total[1];
   return 0;

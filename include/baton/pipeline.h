@@ -62,6 +62,9 @@ typedef struct bt_pipeline_config {
   /* Calibration store (calib.h) to reuse and extend, and the host
    * fingerprint of its entries; NULL store = measure every run. */
   const char *calibration_store, *calibration_host;
+  /* The rank that receives the loss, the evaluation and the whole-model
+   * vectors below (the run's coordinator; 0 when it runs the first stage). */
+  int root;
 } bt_pipeline_config;
 
 typedef struct bt_pipeline bt_pipeline;
@@ -71,8 +74,8 @@ typedef struct bt_pipeline bt_pipeline;
 void bt_pipeline_calibration_counts(const bt_pipeline *p, int *stored, int *measured);
 
 typedef struct bt_pipeline_stats {
-  double loss;                         /* mean over the batch (rank 0) */
-  long correct;                        /* (rank 0) */
+  double loss;                         /* mean over the batch (on cfg.root) */
+  long correct;                        /* (on cfg.root) */
   double iter_time;                    /* this rank's clock advance over the iteration */
   double wall_time;                    /* host seconds */
   double compute_time, comm_wait_time; /* this rank: device compute, waiting on receives */
@@ -116,14 +119,14 @@ void bt_pipeline_layer_times(const bt_pipeline *p, const double **fwd, const dou
 bt_stage *bt_pipeline_stage(bt_pipeline *p);
 
 /* Collects every stage's parameters and state (batch-norm running stats)
- * into the model-wide vectors on rank 0 (collective; state may be NULL to
- * drop it; both are ignored on other ranks). */
+ * into the model-wide vectors on cfg.root (collective; state may be NULL
+ * to drop it; both are ignored on other ranks). */
 int bt_pipeline_gather_params(bt_pipeline *p, float *params, float *state, bt_err *err);
 
-/* Evaluation on rank 0's test data through the pipeline (forward only,
- * collective): x on the first stage, y on the last; returns on rank 0. */
+/* Evaluation of test data through the pipeline (forward only, collective):
+ * x on the first stage, y on the last; returns on cfg.root. */
 /* Re-planning: every stage's parameters, momentum and state gathered into
- * whole-model arrays on rank 0 (laid out by the layers' param_off and
+ * whole-model arrays on cfg.root (laid out by the layers' param_off and
  * state_off; ignored elsewhere), and scattered back into the stages of a
  * pipeline with other cuts. Collective. */
 int bt_pipeline_export_state(bt_pipeline *p, float *params, float *momentum, float *state,

@@ -83,7 +83,11 @@ typedef struct run {
   /* The plan's predicted figures (NAN without a planner): per stage fwd + bwd
    * of one micro-batch, the iteration, and the iteration under true times. */
   double plan_stage[BT_CONFIG_DEVICES_MAX], plan_iter, plan_true;
-  cli_planner *planner; /* rank 0, planned partitions: kept for re-planning */
+  /* The coordinator: the rank of comm that holds the planner and the run
+   * file, receives the loss and prints. World rank 0's process from start to
+   * end, whichever stage it runs (plans may put any device on stage 0). */
+  int lead;
+  cli_planner *planner; /* the lead, planned partitions: kept for re-planning */
   int replans;
   double pending_migration; /* device s of a migration, charged to the next iteration */
   int world_rank;           /* in MPI_COMM_WORLD: the index of this rank's device */
@@ -106,7 +110,7 @@ static int planned(const bt_config *c) {
 }
 
 /* Whether the partitioner may order the devices (then any rank may become
- * the first or last stage). */
+ * the first or last stage, at the start and on every re-plan). */
 static int reordering(const bt_config *c) {
   return planned(c) && strcmp(c->device_order, "plan") == 0;
 }
@@ -273,8 +277,8 @@ static void give_probes(const run *r, cli_planner *pl) {
 }
 
 /* Puts the ranks in stage order: a communicator in which rank s runs stage
- * s on device stage_device[s]. The process of stage 0 keeps the planner (for
- * re-planning), indexed by stage from then on. */
+ * s on device stage_device[s]. World rank 0 stays the lead and keeps its
+ * planner (for re-planning), indexed by stage from then on. */
 static int reorder_ranks(run *r, bt_err *err) {
   int stage = -1, identity = 1;
   for (int s = 0; s < r->size; s++) {
@@ -284,6 +288,9 @@ static int reorder_ranks(run *r, bt_err *err) {
   }
   if (stage < 0)
     return bt_err_set(err, "rank %d: runs no stage of the plan", r->world_rank);
+  for (int s = 0; s < r->size; s++)
+    if (r->stage_device[s] == 0) /* device index = world rank */
+      r->lead = s;
   if (!identity) {
     MPI_Comm stages;
     if (MPI_Comm_split(r->comm, 0, stage, &stages) != MPI_SUCCESS)
@@ -293,22 +300,7 @@ static int reorder_ranks(run *r, bt_err *err) {
     MPI_Comm_rank(r->comm, &r->rank);
   }
   int ok = 1;
-  if (r->planner && r->rank != 0) { /* world rank 0 no longer runs stage 0 */
-    cli_planner_free(r->planner);
-    free(r->planner);
-    r->planner = NULL;
-  }
-  if (r->rank == 0 && !r->planner) {
-    r->planner = calloc(1, sizeof *r->planner);
-    ok = r->planner &&
-         cli_planner_init(r->planner, r->cfg, &r->model, r->calib_path[0] ? r->calib_path : NULL,
-                          r->calib_host, err) == 0;
-    if (ok && strcmp(r->cfg->partition, "predicted") == 0) {
-      give_probes(r, r->planner);
-      ok = cli_planner_predict(r->planner, err) == 0;
-    }
-  }
-  if (ok && r->rank == 0)
+  if (r->rank == r->lead && r->planner)
     ok = cli_planner_permute(r->planner, r->stage_device, err) == 0;
   return agree(r->comm, ok);
 }
@@ -346,7 +338,7 @@ static int setup_plan(run *r, bt_err *err) {
   int ok = 1;
   double figures[3 + BT_CONFIG_DEVICES_MAX];
   int cuts[BT_CONFIG_DEVICES_MAX + 1], order[BT_CONFIG_DEVICES_MAX];
-  if (r->rank == 0) {
+  if (r->rank == r->lead) {
     if (r->size > BT_PLAN_MAX_DEVICES)
       ok = bt_err_set(err,
                       "partition %s plans at most %d devices; use partition: even or "
@@ -398,14 +390,14 @@ static int setup_plan(run *r, bt_err *err) {
       fflush(stdout);
     }
   }
-  bt_mpi_quiet_barrier(r->comm); /* the others sleep while rank 0 calibrates and plans */
+  bt_mpi_quiet_barrier(r->comm); /* the others sleep while the lead calibrates and plans */
   if (agree(r->comm, ok) < 0) {
     free(profiles);
     return -1;
   }
-  MPI_Bcast(cuts, r->size + 1, MPI_INT, 0, r->comm);
-  MPI_Bcast(order, r->size, MPI_INT, 0, r->comm);
-  MPI_Bcast(figures, 3 + r->size, MPI_DOUBLE, 0, r->comm);
+  MPI_Bcast(cuts, r->size + 1, MPI_INT, r->lead, r->comm);
+  MPI_Bcast(order, r->size, MPI_INT, r->lead, r->comm);
+  MPI_Bcast(figures, 3 + r->size, MPI_DOUBLE, r->lead, r->comm);
   memcpy(r->cuts, cuts, sizeof(int) * (size_t)(r->size + 1));
   memcpy(r->stage_device, order, sizeof(int) * (size_t)r->size);
   r->plan_iter = figures[0];
@@ -512,6 +504,7 @@ static int setup_pipeline(run *r, bt_err *err) {
       .calibration_reference_s = r->dev.host_reference_s,
       .calibration_store = r->calib_path[0] ? r->calib_path : NULL,
       .calibration_host = r->calib_host,
+      .root = r->lead,
   };
   if (bt_schedule_parse_kind(c->schedule, &pc.schedule, err) < 0)
     return -1;
@@ -544,10 +537,10 @@ static int open_runlog(run *r, bt_err *err) {
   /* Every rank contributes its device to /devices. */
   double mine[3] = {r->dev.dev.capacity_mib * 1048576.0 * c->memory_scale,
                     r->dev.dev.link_bandwidth_mbps * 1e6, r->dev.dev.link_latency_ms * 1e-3};
-  double *all = r->rank == 0 ? malloc(sizeof mine * (size_t)r->size) : NULL;
-  MPI_Gather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, 0, r->comm);
+  double *all = r->rank == r->lead ? malloc(sizeof mine * (size_t)r->size) : NULL;
+  MPI_Gather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, r->lead, r->comm);
   int ok = 1;
-  if (r->rank == 0 && c->output[0]) {
+  if (r->rank == r->lead && c->output[0]) {
     char *effective;
     bt_runlog_meta meta = bt_cli_runlog_meta(c, c->clock, c->schedule, r->size, &effective);
     bt_runlog_device devs[BT_CONFIG_DEVICES_MAX];
@@ -574,47 +567,47 @@ static int open_runlog(run *r, bt_err *err) {
   return agree(r->comm, ok);
 }
 
-/* Gathers this iteration's events and layer times to rank 0 and logs them. */
+/* Gathers this iteration's events and layer times to the lead and logs them. */
 static int log_iteration(run *r, long step, const bt_pipeline_stats *st, bt_err *err) {
   size_t n_ev;
   const bt_event *ev = bt_pipeline_events(r->pipe, &n_ev);
   int mine = (int)(n_ev * sizeof(bt_event));
   int *counts = NULL, *displs = NULL;
   char *all = NULL;
-  if (r->rank == 0) {
+  if (r->rank == r->lead) {
     counts = calloc((size_t)r->size, sizeof(int));
     displs = calloc((size_t)r->size, sizeof(int));
   }
-  MPI_Gather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, r->comm);
+  MPI_Gather(&mine, 1, MPI_INT, counts, 1, MPI_INT, r->lead, r->comm);
   int total = 0;
-  if (r->rank == 0) {
+  if (r->rank == r->lead) {
     for (int k = 0; k < r->size; k++)
       displs[k] = total, total += counts[k];
     all = malloc((size_t)total + 1);
   }
-  MPI_Gatherv(ev, mine, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, r->comm);
+  MPI_Gatherv(ev, mine, MPI_BYTE, all, counts, displs, MPI_BYTE, r->lead, r->comm);
   const double *fwd, *bwd;
   int first, count;
   bt_pipeline_layer_times(r->pipe, &fwd, &bwd, &first, &count);
   const int L = r->model.n_layers;
-  double *lf = r->rank == 0 ? malloc(sizeof(double) * L) : NULL;
-  double *lb = r->rank == 0 ? malloc(sizeof(double) * L) : NULL;
+  double *lf = r->rank == r->lead ? malloc(sizeof(double) * L) : NULL;
+  double *lb = r->rank == r->lead ? malloc(sizeof(double) * L) : NULL;
   int *lc = NULL, *ld = NULL;
-  if (r->rank == 0) {
+  if (r->rank == r->lead) {
     lc = malloc(sizeof(int) * r->size);
     ld = malloc(sizeof(int) * r->size);
     for (int k = 0; k < r->size; k++)
       lc[k] = r->cuts[k + 1] - r->cuts[k], ld[k] = r->cuts[k];
   }
-  MPI_Gatherv(fwd, count, MPI_DOUBLE, lf, lc, ld, MPI_DOUBLE, 0, r->comm);
-  MPI_Gatherv(bwd, count, MPI_DOUBLE, lb, lc, ld, MPI_DOUBLE, 0, r->comm);
+  MPI_Gatherv(fwd, count, MPI_DOUBLE, lf, lc, ld, MPI_DOUBLE, r->lead, r->comm);
+  MPI_Gatherv(bwd, count, MPI_DOUBLE, lb, lc, ld, MPI_DOUBLE, r->lead, r->comm);
   double mx[2] = {st->iter_time, st->wall_time}, mx_all[2] = {0, 0};
   long long bytes = st->bytes_sent, bytes_all = 0;
-  MPI_Reduce(mx, mx_all, 2, MPI_DOUBLE, MPI_MAX, 0, r->comm);
+  MPI_Reduce(mx, mx_all, 2, MPI_DOUBLE, MPI_MAX, r->lead, r->comm);
   r->last_iter_time = mx_all[0];
-  MPI_Reduce(&bytes, &bytes_all, 1, MPI_LONG_LONG, MPI_SUM, 0, r->comm);
+  MPI_Reduce(&bytes, &bytes_all, 1, MPI_LONG_LONG, MPI_SUM, r->lead, r->comm);
   int rc = 0;
-  if (r->rank == 0 && r->log) {
+  if (r->rank == r->lead && r->log) {
     /* Events name processes by their /devices entry, not by the stage they
      * run now (a re-plan may have reordered the stages). */
     bt_event *evs = (bt_event *)all;
@@ -687,9 +680,9 @@ static int log_predictor(run *r, long step, const double *lf, const double *lb, 
  * times move to the next iteration (oracle); a new search; re-cut when the
  * new plan beats the current one, under the same view, by more than
  * replan.threshold with the migration spread over the remaining iterations.
- * With device_order: plan the search may also reorder the stages, all but
- * the first: stage 0's process keeps the planner and the run file. The new
- * plan runs stage s on the process of current stage order[s]. */
+ * With device_order: plan the search may also reorder the stages (the
+ * first too: the lead, which keeps the planner and the run file, may run any
+ * stage). The new plan runs stage s on the process of current stage order[s]. */
 static int decide_replan(run *r, long step, long remaining, const double *lf, const double *lb,
                          int *cuts, int *order, double *fig, bt_err *err) {
   const bt_config *c = r->cfg;
@@ -707,7 +700,7 @@ static int decide_replan(run *r, long step, long remaining, const double *lf, co
   }
   bt_plan cur, nxt;
   cli_plan_info info;
-  const bt_plan_device_use use = reordering(c) ? BT_PLAN_ALL_FIRST_FIXED : BT_PLAN_DEVICES_IN_ORDER;
+  const bt_plan_device_use use = reordering(c) ? BT_PLAN_ALL_DEVICES : BT_PLAN_DEVICES_IN_ORDER;
   if (cli_planner_evaluate(pl, predicted, r->cuts, &cur, err) < 0 ||
       cli_planner_plan(pl, c->partition, use, &nxt, &info, err) < 0)
     return -1;
@@ -762,7 +755,7 @@ static int decide_replan(run *r, long step, long remaining, const double *lf, co
 }
 
 /* Every rank's measured per-layer device times of the last iteration, per
- * micro-batch, on rank 0 ([L] arrays). */
+ * micro-batch, on the lead ([L] arrays). */
 static int gather_layer_times(run *r, double *lf, double *lb, bt_err *err) {
   const double *f, *b;
   int first, count;
@@ -776,9 +769,10 @@ static int gather_layer_times(run *r, double *lf, double *lb, bt_err *err) {
   int counts[BT_CONFIG_DEVICES_MAX], displs[BT_CONFIG_DEVICES_MAX];
   for (int s = 0; s < r->size; s++)
     counts[s] = r->cuts[s + 1] - r->cuts[s], displs[s] = r->cuts[s];
-  int rc = MPI_Gatherv(mine, count, MPI_DOUBLE, lf, counts, displs, MPI_DOUBLE, 0, r->comm);
+  int rc = MPI_Gatherv(mine, count, MPI_DOUBLE, lf, counts, displs, MPI_DOUBLE, r->lead, r->comm);
   if (rc == MPI_SUCCESS)
-    rc = MPI_Gatherv(mine + count, count, MPI_DOUBLE, lb, counts, displs, MPI_DOUBLE, 0, r->comm);
+    rc = MPI_Gatherv(mine + count, count, MPI_DOUBLE, lb, counts, displs, MPI_DOUBLE, r->lead,
+                     r->comm);
   free(mine);
   return rc == MPI_SUCCESS ? 0
                            : bt_err_set(err, "rank %d: MPI_Gatherv (layer times) failed", r->rank);
@@ -786,45 +780,48 @@ static int gather_layer_times(run *r, double *lf, double *lb, bt_err *err) {
 
 static int setup_pipeline(run *r, bt_err *err);
 
-/* Puts the process of current stage order[s] on stage s (order[0] = 0):
- * a communicator split in the new order, and every stage-indexed figure
- * (devices, run-file ranks, the planner's rows) follows. */
+/* Puts the process of current stage order[s] on stage s: a communicator
+ * split in the new order, and every stage-indexed figure (devices, run-file
+ * ranks, the lead's rank, the planner's rows) follows. */
 static int reorder_stages(run *r, const int *order, bt_err *err) {
-  int identity = 1, mine = -1;
+  int identity = 1, mine = -1, lead = -1;
   for (int s = 0; s < r->size; s++) {
     identity = identity && order[s] == s;
     if (order[s] == r->rank)
       mine = s;
+    if (order[s] == r->lead)
+      lead = s;
   }
   if (identity)
     return 0;
   MPI_Comm next;
-  if (mine < 0 || MPI_Comm_split(r->comm, 0, mine, &next) != MPI_SUCCESS)
+  if (mine < 0 || lead < 0 || MPI_Comm_split(r->comm, 0, mine, &next) != MPI_SUCCESS)
     return bt_err_set(err, "rank %d: MPI_Comm_split (new stage order) failed", r->rank);
   if (r->own_comm)
     MPI_Comm_free(&r->comm);
   r->comm = next;
   r->own_comm = 1;
   MPI_Comm_rank(r->comm, &r->rank);
+  r->lead = lead;
   int dev[BT_CONFIG_DEVICES_MAX], logr[BT_CONFIG_DEVICES_MAX];
   for (int s = 0; s < r->size; s++)
     dev[s] = r->stage_device[order[s]], logr[s] = r->log_rank[order[s]];
   memcpy(r->stage_device, dev, sizeof(int) * (size_t)r->size);
   memcpy(r->log_rank, logr, sizeof(int) * (size_t)r->size);
-  if (r->rank == 0 && r->planner)
+  if (r->rank == r->lead && r->planner)
     return cli_planner_permute(r->planner, order, err);
   return 0;
 }
 
 /* Re-cuts the running pipeline: weights, momentum and state travel through
- * rank 0 into a pipeline re-created with `cuts` (stage s on the process of
- * current stage order[s]), whose clock continues from the slowest rank's
- * plus the migration time. */
+ * the lead (the pipelines' root before and after) into a pipeline re-created with `cuts` (stage s
+ * on the process of current stage order[s]), whose clock continues from the slowest rank's plus the
+ * migration time. */
 static int migrate(run *r, const int *cuts, const int *order, double migration_s, bt_err *err) {
   const size_t np = r->model.n_params, ns = r->model.n_state;
   float *params = NULL, *momentum = NULL, *state = NULL;
   int ok = 1;
-  if (r->rank == 0) {
+  if (r->rank == r->lead) {
     params = malloc((np + 1) * sizeof(float));
     momentum = malloc((np + 1) * sizeof(float));
     state = malloc((ns + 1) * sizeof(float));
@@ -834,7 +831,7 @@ static int migrate(run *r, const int *cuts, const int *order, double migration_s
       bt_pipeline_export_state(r->pipe, params, momentum, state, err) < 0) {
     free(params), free(momentum), free(state);
     return bt_err_set(err, "rank %d: migrating the weights failed: %s", r->rank,
-                      ok ? "MPI" : "out of memory on rank 0");
+                      ok ? "MPI" : "out of memory on the lead");
   }
   double now = bt_pipeline_clock(r->pipe), t;
   MPI_Allreduce(&now, &t, 1, MPI_DOUBLE, MPI_MAX, r->comm);
@@ -860,8 +857,8 @@ static int maybe_replan(run *r, long step, long total_steps, bt_err *err) {
       (strcmp(c->partition, "predicted") != 0 && strcmp(c->partition, "oracle") != 0))
     return 0;
   const int L = r->model.n_layers;
-  double *lf = r->rank == 0 ? calloc((size_t)L, sizeof(double)) : NULL;
-  double *lb = r->rank == 0 ? calloc((size_t)L, sizeof(double)) : NULL;
+  double *lf = r->rank == r->lead ? calloc((size_t)L, sizeof(double)) : NULL;
+  double *lb = r->rank == r->lead ? calloc((size_t)L, sizeof(double)) : NULL;
   if (gather_layer_times(r, lf, lb, err) < 0) {
     free(lf), free(lb);
     return -1;
@@ -869,7 +866,7 @@ static int maybe_replan(run *r, long step, long total_steps, bt_err *err) {
   int decision = 0, cuts[BT_CONFIG_DEVICES_MAX + 1], order[BT_CONFIG_DEVICES_MAX];
   double fig[3 + BT_CONFIG_DEVICES_MAX];
   bt_err derr = {{0}};
-  if (r->rank == 0 && lf && lb) {
+  if (r->rank == r->lead && lf && lb) {
     decision = decide_replan(r, step, remaining, lf, lb, cuts, order, fig, &derr);
     if (decision < 0) { /* planning trouble keeps the current plan */
       fprintf(stderr, "baton train: warning: re-planning after iteration %ld failed: %s\n",
@@ -878,12 +875,12 @@ static int maybe_replan(run *r, long step, long total_steps, bt_err *err) {
     }
   }
   free(lf), free(lb);
-  MPI_Bcast(&decision, 1, MPI_INT, 0, r->comm);
+  MPI_Bcast(&decision, 1, MPI_INT, r->lead, r->comm);
   if (!decision)
     return 0;
-  MPI_Bcast(cuts, S + 1, MPI_INT, 0, r->comm);
-  MPI_Bcast(order, S, MPI_INT, 0, r->comm);
-  MPI_Bcast(fig, 3 + S, MPI_DOUBLE, 0, r->comm);
+  MPI_Bcast(cuts, S + 1, MPI_INT, r->lead, r->comm);
+  MPI_Bcast(order, S, MPI_INT, r->lead, r->comm);
+  MPI_Bcast(fig, 3 + S, MPI_DOUBLE, r->lead, r->comm);
   int my_stage = 0;
   for (int s = 0; s < S; s++)
     if (order[s] == r->rank)
@@ -903,7 +900,7 @@ static int maybe_replan(run *r, long step, long total_steps, bt_err *err) {
   for (int s = 0; s < S; s++)
     r->plan_stage[s] = fig[3 + s];
   r->replans++;
-  if (r->rank == 0 && r->log) {
+  if (r->rank == r->lead && r->log) {
     bt_runlog_plan plan = {.iteration = step + 1,
                            .n_stages = S,
                            .first_layer = r->cuts,
@@ -931,8 +928,8 @@ static void summarize(run *r, long steps, double emu_total, double cpu_compute,
                       double cpu_overhead) {
   int cal[2], cal_all[2] = {0, 0};
   bt_pipeline_calibration_counts(r->pipe, &cal[0], &cal[1]);
-  MPI_Reduce(cal, cal_all, 2, MPI_INT, MPI_SUM, 0, r->comm);
-  if (r->rank == 0 && strcmp(r->cfg->clock, "none") != 0) {
+  MPI_Reduce(cal, cal_all, 2, MPI_INT, MPI_SUM, r->lead, r->comm);
+  if (r->rank == r->lead && strcmp(r->cfg->clock, "none") != 0) {
     if (r->calib_path[0])
       printf("calibration: %d layers from the store %s, %d measured now and added\n", cal_all[0],
              r->calib_path, cal_all[1]);
@@ -942,9 +939,9 @@ static void summarize(run *r, long steps, double emu_total, double cpu_compute,
   bt_stage_costs mine = bt_pipeline_stage_costs(r->pipe);
   double v[7] = {mine.fwd,       mine.bwd,    mine.optim,  mine.act_comm,
                  mine.grad_comm, cpu_compute, cpu_overhead};
-  double *all = r->rank == 0 ? malloc(sizeof v * (size_t)r->size) : NULL;
-  MPI_Gather(v, 7, MPI_DOUBLE, all, 7, MPI_DOUBLE, 0, r->comm);
-  if (r->rank != 0 || steps == 0 || !all) {
+  double *all = r->rank == r->lead ? malloc(sizeof v * (size_t)r->size) : NULL;
+  MPI_Gather(v, 7, MPI_DOUBLE, all, 7, MPI_DOUBLE, r->lead, r->comm);
+  if (r->rank != r->lead || steps == 0 || !all) {
     free(all);
     return;
   }
@@ -1005,11 +1002,12 @@ static int train_loop(run *r, bt_err *err) {
   if (c->iterations > 0 && c->iterations < total_steps)
     total_steps = c->iterations;
   const int epochs = (int)((total_steps + steps_per_epoch - 1) / steps_per_epoch);
-  /* With device_order: plan a re-plan may move any process but stage 0's
-   * to the last stage: then every process keeps the batches at hand. */
+  /* With device_order: plan a re-plan may move any process to the first or
+   * the last stage: then every process keeps the batches at hand. */
   const int feeds = r->rank == 0 || r->rank == r->size - 1 || reordering(c);
-  const int live = r->rank == 0 && (strcmp(c->progress, "always") == 0 ||
-                                    (strcmp(c->progress, "auto") == 0 && isatty(STDOUT_FILENO)));
+  const int live =
+      r->rank == r->lead && (strcmp(c->progress, "always") == 0 ||
+                             (strcmp(c->progress, "auto") == 0 && isatty(STDOUT_FILENO)));
   const double run_start = bt_cli_now();
   double last_print = 0;
   const size_t in_elems = (size_t)r->model.input.h * r->model.input.w * r->model.input.c;
@@ -1020,7 +1018,7 @@ static int train_loop(run *r, bt_err *err) {
     if (!r->xb || !r->yb || !r->order)
       die(r, &(bt_err){"out of memory for a batch"});
   }
-  if (r->rank == 0)
+  if (r->rank == r->lead)
     printf("baton train: model %s (%zu parameters) in %d stages on %d devices, %s, %d "
            "micro-batches, clock %s, %ld steps\n",
            r->model.name, r->model.n_params, r->size, r->size, c->schedule, c->micro_batches,
@@ -1084,12 +1082,12 @@ static int train_loop(run *r, bt_err *err) {
     if (eval && bt_pipeline_evaluate(r->pipe, first ? r->test.x : NULL, last ? r->test.y : NULL,
                                      r->n_test, &test_loss, &test_correct, err) < 0)
       die(r, err);
-    if (r->rank == 0 && eval && r->log) {
+    if (r->rank == r->lead && eval && r->log) {
       bt_eval_record er = {step, epoch + 1, test_loss, (double)test_correct / r->n_test, r->n_test};
       if (bt_runlog_append_eval(r->log, &er, err) < 0 || bt_runlog_flush(r->log, err) < 0)
         die(r, err);
     }
-    if (r->rank == 0) {
+    if (r->rank == r->lead) {
       printf("epoch %d/%d: train loss %.4f acc %.2f%%, emulated %.3f s/iteration (%.0f "
              "samples/s), host %.1f s",
              epoch + 1, epochs, loss_sum / seen, 100.0 * correct / seen, emu / (seen / batch),
@@ -1135,7 +1133,7 @@ int bt_cli_train_pipeline(bt_config *cfg) {
     bt_pipeline_set_clock(r.pipe, r.profiling_s);
   rc = train_loop(&r, &err);
   bt_runlog_close(&r.log, &err);
-  if (r.rank == 0 && cfg->output[0])
+  if (r.rank == r.lead && cfg->output[0])
     printf("run file: %s\n", cfg->output);
 out:
   bt_pipeline_free(&r.pipe);
