@@ -184,6 +184,23 @@ static int gemm_features(double M, double N, double K, double *x) {
   return n;
 }
 
+/* How far a GEMM-like layer sits in the memory-bound regime: log of
+ * max(FLOPs, balance * bytes) over FLOPs for two machine balances (FLOP per
+ * byte) around the host's (110 GFLOP/s over 6-40 GB/s). Small batches on
+ * large weights (vgg11's 2x2x512 convolution at batch 4: 9.4 MB of weights
+ * read, and in the backward their gradient written too) take the time of
+ * their bytes, not of their FLOPs, which the smooth log-GEMM terms
+ * extrapolated down with the batch (-42% at batch 4 from batches 8 and 32). */
+static int memory_bound_features(const bt_layer *l, int batch, int pass, double *x) {
+  const double B = batch > 0 ? batch : 1;
+  const double fl = fmax(B * (pass ? bt_layer_flops_bwd(l) : bt_layer_flops_fwd(l)), 1);
+  const double io = (double)(bt_shape_elems(l->in) + bt_shape_elems(l->out)) * B;
+  const double bytes = 4 * (io * (1 + pass) + (double)l->n_params * (1 + 2 * pass));
+  x[0] = lg(fmax(fl, 4 * bytes)) - lg(fl);
+  x[1] = lg(fmax(fl, 16 * bytes)) - lg(fl);
+  return 2;
+}
+
 /* Log-space features; returns their count (the intercept is implicit). */
 static int features(const bt_layer *l, int batch, int pass, double *x) {
   const double B = batch > 0 ? batch : 1;
@@ -213,14 +230,14 @@ static int features(const bt_layer *l, int batch, int pass, double *x) {
     const double fill = direct_block_fill(l, batch);
     x[n++] = ((pf == 1) + (pass ? (pb == 1) : 0)) * lg(fill);
     x[n++] = (l->out.h * l->out.w <= 16) * waste(N, 48);
-    return n;
+    return n + memory_bound_features(l, batch, pass, x + n);
   }
   case BT_DENSE:
     n = gemm_features(B, l->units, (double)bt_shape_elems(l->in), x);
     x[n++] = lg(4.0 * l->units * bt_shape_elems(l->in));
     x[n++] = hinge(lg(4.0 * l->units * bt_shape_elems(l->in)), lg(1 << 20));
     x[n++] = hinge(lg(4.0 * l->units * bt_shape_elems(l->in)), lg(8 << 20));
-    return n;
+    return n + memory_bound_features(l, batch, pass, x + n);
   case BT_DWCONV2D:
     x[n++] = lg(eout), x[n++] = lg(eout) * lg(eout), x[n++] = lg(l->in.c);
     x[n++] = lg(l->out.h * l->out.w), x[n++] = lg(B), x[n++] = l->kh;
@@ -895,7 +912,7 @@ static int check_corpus(const bt_profile *c, const char *base_arch, int k, bt_er
 }
 
 /* The rows of the host-time fit: the corpus rows in use with their median
- * host times hf/hb, then every "random" row of the host corpora whose layer
+ * host times hf/hb, then every randomised row of the host corpora whose layer
  * and batch the corpus does not hold (so that rows held out of a
  * cross-validation stay out of the fit). Returns the count or -1. */
 static int collect_host_rows(const bt_profile *corpus, const unsigned char *use_row,
@@ -921,7 +938,7 @@ static int collect_host_rows(const bt_profile *corpus, const unsigned char *use_
   for (int k = 0; k < n_extra; k++)
     for (int i = 0; i < extra[k].n; i++) {
       const bt_profile_entry *e = &extra[k].e[i];
-      if (strcmp(e->source, "random") != 0 ||
+      if (!bt_profile_source_fitted(e->source) ||
           bsearch(&e, keys, (size_t)n, sizeof *keys, cmp_entry_key))
         continue;
       r[m++] = (host_row){&e->layer, e->batch, {e->host_fwd, e->host_bwd, e->host_bwd_nodin}};

@@ -337,6 +337,59 @@ static bt_layer random_layer(bt_rng *r, int kind_slot, int *batch) {
   }
 }
 
+/* A layer of a network's late stages: many channels on few pixels, where
+ * the weights (up to tens of MB) rather than the FLOPs set the time and the
+ * backward writes a weight gradient as large again. The general generator
+ * stops at 256 channels and 4 pixels, so it never reaches this regime. */
+static bt_layer deep_layer(bt_rng *r, int *batch) {
+  static const int batches[] = {1, 2, 4, 8, 16, 32};
+  static const int chans[] = {256, 384, 512, 768, 1024};
+  static const int spat[] = {1, 2, 2, 3, 4, 4, 6, 7, 8};
+  static const int ks[] = {1, 3, 3};
+  static const int strides[] = {1, 1, 1, 2};
+  for (;;) {
+    *batch = PICK(r, batches);
+    const int s = PICK(r, spat), c = PICK(r, chans), v = (int)(bt_rng_u64(r) % 8);
+    bt_layer l;
+    if (v < 6) {
+      const int k = PICK(r, ks);
+      l = bt_conv2d(PICK(r, chans), k, PICK(r, strides), k / 2);
+    } else if (v == 6) {
+      static const int units[] = {256, 512, 1024, 2048, 4096};
+      l = bt_dense(PICK(r, units));
+      l.in = (bt_shape){1, 1, PICK(r, units)};
+      if (!affordable(&l, *batch))
+        continue;
+      return l;
+    } else {
+      bt_layer body[] = {bt_conv2d(c, 3, 1, 1), bt_batchnorm(), bt_relu(), bt_conv2d(c, 3, 1, 1),
+                         bt_batchnorm()};
+      l = bt_residual(body, 5, NULL, 0, 1);
+    }
+    l.in = (bt_shape){s, s, c};
+    if (affordable(&l, *batch))
+      return l;
+    bt_layer_release(&l);
+  }
+}
+
+int bt_profile_source_fitted(const char *source) {
+  return strcmp(source, "random") == 0 || strcmp(source, "deep") == 0;
+}
+
+int bt_profile_add_deep(bt_profile *p, uint64_t seed, int n, bt_err *err) {
+  bt_rng r;
+  bt_rng_seed(&r, seed, 0xdee9);
+  for (int i = 0, tries = 0; i < n && tries < 50 * n; tries++) {
+    int batch = 1;
+    const int rc = bt_profile_add(p, deep_layer(&r, &batch), batch, "deep", err);
+    if (rc < 0)
+      return -1;
+    i += rc;
+  }
+  return 0;
+}
+
 int bt_profile_corpus(bt_profile *p, uint64_t seed, int n_random, bt_err *err) {
   /* The probe set first: held-out devices adapt from these rows. */
   if (bt_profile_probe_set(p, err) < 0)

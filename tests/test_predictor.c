@@ -111,6 +111,27 @@ Test(predictor, probe_set_is_small_and_cheap) {
   bt_profile_free(&p);
 }
 
+/* The late-stage generator reaches what the random corpus never does: many
+ * channels on few pixels, weights of megabytes; fitted like random rows. */
+Test(predictor, deep_layers_are_late_stage_layers) {
+  bt_profile p;
+  memset(&p, 0, sizeof p);
+  bt_err err = {{0}};
+  cr_assert_eq(bt_profile_add_deep(&p, 3, 200, &err), 0, "%s", err.msg);
+  cr_assert_eq(p.n, 200);
+  int big = 0;
+  for (int i = 0; i < p.n; i++) {
+    const bt_layer *l = &p.e[i].layer;
+    cr_assert_str_eq(p.e[i].source, "deep");
+    cr_assert(bt_profile_source_fitted(p.e[i].source));
+    cr_assert(l->kind == BT_DENSE || (l->in.c >= 256 && l->in.h <= 8), "%s", p.e[i].spec);
+    big += 4.0 * (double)l->n_params >= 4e6;
+  }
+  cr_assert_gt(big, 50, "only %d of 200 layers have 4 MB of weights", big);
+  cr_assert(!bt_profile_source_fitted("vgg11") && !bt_profile_source_fitted("probe"));
+  bt_profile_free(&p);
+}
+
 Test(predictor, profile_file_round_trip_and_bad_files) {
   bt_profile p, q;
   synth(&p, "rpi4", 20);

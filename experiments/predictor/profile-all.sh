@@ -6,8 +6,10 @@
 # of CORPUS further random layers (another seed) that only the host-time
 # model is fitted on (corpus-host.h5; with --nodin it also times each
 # convolution's and dense layer's backward without the input gradient, what
-# a model's first layer runs).
-#   experiments/predictor/profile-all.sh [REPEATS] [RANDOM] [PASSES] [CORPUS]
+# a model's first layer runs), and a corpus of DEEP late-stage layers
+# (corpus-host-deep.h5: 256-1024 channels on 1-8 pixels, large dense layers,
+# where the weights' bytes set the time; the random corpus never reaches it).
+#   experiments/predictor/profile-all.sh [REPEATS] [RANDOM] [PASSES] [CORPUS] [DEEP]
 # BATON=path picks the binary (default ./build/baton), OUT=dir the output
 # directory (default data/predictor). Each device is timed afresh (the host
 # noise of one set does not leak into another), PASSES times over the whole
@@ -23,6 +25,7 @@ repeats=${1:-4}
 random=${2:-700}
 passes=${3:-3}
 corpus=${4:-8000}
+deep=${5:-1200}
 out=${OUT:-data/predictor}
 mkdir -p "$out"
 export BLIS_NUM_THREADS=1
@@ -40,4 +43,8 @@ BLIS_NUM_THREADS=2 "$baton" profile --device host --threads 2 --out "$out/host-t
 if [ "$corpus" -gt 0 ]; then
   "$baton" profile --device host --seed 2 --random "$corpus" --out "$out/corpus-host.h5" \
     --repeats "$repeats" --passes "$passes" --nodin --quiet
+fi
+if [ "$deep" -gt 0 ]; then
+  "$baton" profile --device host --seed 3 --random 0 --deep "$deep" \
+    --out "$out/corpus-host-deep.h5" --repeats "$repeats" --passes "$passes" --nodin --quiet
 fi

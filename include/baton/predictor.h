@@ -40,7 +40,7 @@
 #include "baton/profile.h"
 
 #define BT_PREDICTOR_FORMAT "baton-predictor"
-#define BT_PREDICTOR_VERSION 4
+#define BT_PREDICTOR_VERSION 5
 
 enum { BT_PRED_THETA = 10, BT_PRED_DEVICES_MAX = 64 };
 

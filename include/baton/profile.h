@@ -79,6 +79,15 @@ int bt_profile_add(bt_profile *p, bt_layer l, int batch, const char *source, bt_
  * 32 (vgg16 at 8 only). */
 int bt_profile_corpus(bt_profile *p, uint64_t seed, int n_random, bt_err *err);
 
+/* Adds `n` randomised layers of networks' late stages (source "deep"):
+ * convolutions and residual blocks of 256-1024 channels on 1-8 pixels, dense
+ * layers of 256-4096 units, where the weights' bytes set the time. */
+int bt_profile_add_deep(bt_profile *p, uint64_t seed, int n, bt_err *err);
+
+/* Whether a host corpus row of this source is fitted (randomised layers);
+ * the zoo's and the probes' rows stay out of the fit, for the evaluation. */
+int bt_profile_source_fitted(const char *source);
+
 /* The probe set a new device is characterised by: at most 10 layers chosen to
  * exercise every term of the device model (rates of each class, per-op
  * overhead, fill-up, bandwidth roof, cache). */

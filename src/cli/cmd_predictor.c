@@ -109,7 +109,7 @@ static void score_nodin(const bt_predictor *pr, const sets *S, acc *fit, acc *fu
   for (int k = 0; k < S->n_corpora; k++)
     for (int i = 0; i < S->corpora[k].n; i++) {
       const bt_profile_entry *e = &S->corpora[k].e[i];
-      if (strcmp(e->source, "random") == 0 || !isfinite(e->host_bwd_nodin))
+      if (bt_profile_source_fitted(e->source) || !isfinite(e->host_bwd_nodin))
         continue;
       acc_add(fit, bt_predictor_host_time(pr, &e->layer, e->batch, BT_PASS_BWD_NODIN),
               e->host_bwd_nodin);

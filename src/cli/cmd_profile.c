@@ -21,6 +21,8 @@ static void profile_usage(FILE *f) {
           "  --device NAME     a profile of data/devices, or host\n"
           "  --out FILE.h5     the profiling set to write\n"
           "  --random N        randomised layers (default 300)\n"
+          "  --deep N          also N randomised late-stage layers (256-1024 channels on\n"
+          "                    1-8 pixels, large dense layers; default 0)\n"
           "  --seed S          corpus seed (default 1)\n"
           "  --repeats N       timed runs per layer, minimum kept (default 10)\n"
           "  --passes P        time the whole corpus P times, minimum per layer over the\n"
@@ -53,8 +55,8 @@ static int int_arg(const char *opt, const char *v, int lo, int hi, int *out) {
 
 int bt_cmd_profile(int argc, char **argv) {
   const char *device = NULL, *out = NULL, *arch = "auto";
-  int n_random = 300, seed = 1, repeats = 10, passes = 1, threads = 1, probes = 0, quiet = 0,
-      nodin = 0;
+  int n_random = 300, n_deep = 0, seed = 1, repeats = 10, passes = 1, threads = 1, probes = 0,
+      quiet = 0, nodin = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -78,6 +80,9 @@ int bt_cmd_profile(int argc, char **argv) {
       arch = argv[++i];
     } else if (strcmp(a, "--random") == 0) {
       if (int_arg(a, argv[++i], 0, 100000, &n_random) < 0)
+        return 2;
+    } else if (strcmp(a, "--deep") == 0) {
+      if (int_arg(a, argv[++i], 0, 100000, &n_deep) < 0)
         return 2;
     } else if (strcmp(a, "--seed") == 0) {
       if (int_arg(a, argv[++i], 0, 1 << 30, &seed) < 0)
@@ -123,6 +128,8 @@ int bt_cmd_profile(int argc, char **argv) {
   p.threads = bt_gemm_threads();
   snprintf(p.blis_arch, sizeof p.blis_arch, "%s", bt_gemm_arch());
   int rc = probes ? bt_profile_probe_set(&p, &err) : bt_profile_corpus(&p, p.seed, n_random, &err);
+  if (rc == 0 && !probes && n_deep > 0)
+    rc = bt_profile_add_deep(&p, p.seed, n_deep, &err);
   if (rc == 0)
     rc = bt_profile_measure(&p, emulated ? &dev : NULL, &host, repeats, wall,
                             quiet ? NULL : progress, (void *)device, &err);
