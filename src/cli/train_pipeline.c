@@ -1059,7 +1059,9 @@ static int train_loop(run *r, bt_err *err) {
       cpu_overhead += st.cpu_overhead;
       correct += st.correct;
       seen += batch;
-      emu += st.iter_time;
+      /* The lead prints and logs the iteration as the slowest rank's clock
+       * advance (log_iteration's maximum), not its own stage's. */
+      emu += r->rank == r->lead ? r->last_iter_time : st.iter_time;
       const double now = bt_cli_now();
       if (live && (now - last_print > 0.2 || step + 1 == total_steps)) {
         const double eta = (now - run_start) / (step + 1) * (total_steps - step - 1);
