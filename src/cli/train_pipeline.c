@@ -700,29 +700,48 @@ static int decide_replan(run *r, long step, long remaining, const double *lf, co
   }
   bt_plan cur, nxt;
   cli_plan_info info;
-  const bt_plan_device_use use = reordering(c) ? BT_PLAN_ALL_DEVICES : BT_PLAN_DEVICES_IN_ORDER;
-  if (cli_planner_evaluate(pl, predicted, r->cuts, &cur, err) < 0 ||
-      cli_planner_plan(pl, c->partition, use, &nxt, &info, err) < 0)
+  memset(&nxt, 0, sizeof nxt);
+  memset(&info, 0, sizeof info);
+  if (cli_planner_evaluate(pl, predicted, r->cuts, &cur, err) < 0)
     return -1;
-  /* A plan that puts layers on devices that never ran them rests on the
-   * model there: count on it being slower by about the model's error
-   * before learning (experiments/replan: stage sums 12.5% off on average at
-   * the first check, 1.6% forty iterations later). 0.1 recovers as much as 0
-   * in experiments/replan/sweep.sh; 0.3 let a 6.7% loss stand. */
-  bt_plan sure = nxt;
-  if (predicted &&
-      cli_planner_evaluate_cautious(pl, nxt.device, nxt.first, c->replan_caution, &sure, err) < 0)
-    return -1;
-  double moved;
-  const double mig = migration_seconds(pl, r->cuts, nxt.first, nxt.device, S, &moved);
-  const double gain = cur.iter_time - sure.iter_time - mig / (double)remaining;
-  if (getenv("BATON_DEBUG_PLAN"))
-    fprintf(stderr,
-            "re-plan check after iteration %ld: current %.4f s, best %.4f s (%.4f counting "
-            "new pairs slower), migration %.4f s over %ld iterations: gain %.4f s, threshold "
-            "%.4f s\n",
-            step + 1, cur.iter_time, nxt.iter_time, sure.iter_time, mig, remaining, gain,
-            c->replan_threshold * cur.iter_time);
+  /* The fastest plan may move much state (a new device order moves whole
+   * stages): its migration over the remaining iterations can eat its gain
+   * where a plan of fewer freedoms (stage 0 kept, or the order kept: cuts
+   * only) still wins. Each freedom's best plan is a candidate; the largest
+   * net gain is taken. */
+  static const bt_plan_device_use reorder_uses[] = {BT_PLAN_ALL_DEVICES, BT_PLAN_ALL_FIRST_FIXED,
+                                                    BT_PLAN_DEVICES_IN_ORDER};
+  static const bt_plan_device_use fixed_uses[] = {BT_PLAN_DEVICES_IN_ORDER};
+  const bt_plan_device_use *uses = reordering(c) ? reorder_uses : fixed_uses;
+  const int n_uses = reordering(c) ? 3 : 1;
+  double gain = -INFINITY, mig = 0, moved = 0;
+  for (int u = 0; u < n_uses; u++) {
+    bt_plan cand;
+    cli_plan_info cinfo;
+    if (cli_planner_plan(pl, c->partition, uses[u], &cand, &cinfo, err) < 0)
+      return -1;
+    /* A plan that puts layers on devices that never ran them rests on the
+     * model there: count on it being slower by about the model's error
+     * before learning (experiments/replan: stage sums 12.5% off on average
+     * at the first check, 1.6% forty iterations later). 0.1 recovers as
+     * much as 0 in experiments/replan/sweep.sh; 0.3 let a 6.7% loss stand. */
+    bt_plan sure = cand;
+    if (predicted && cli_planner_evaluate_cautious(pl, cand.device, cand.first, c->replan_caution,
+                                                   &sure, err) < 0)
+      return -1;
+    double cmoved;
+    const double cmig = migration_seconds(pl, r->cuts, cand.first, cand.device, S, &cmoved);
+    const double cgain = cur.iter_time - sure.iter_time - cmig / (double)remaining;
+    if (getenv("BATON_DEBUG_PLAN"))
+      fprintf(stderr,
+              "re-plan check after iteration %ld (device use %d): current %.4f s, best %.4f s "
+              "(%.4f counting new pairs slower), migration %.4f s over %ld iterations: gain "
+              "%.4f s, threshold %.4f s\n",
+              step + 1, (int)uses[u], cur.iter_time, cand.iter_time, sure.iter_time, cmig,
+              remaining, cgain, c->replan_threshold * cur.iter_time);
+    if (cgain > gain)
+      gain = cgain, nxt = cand, info = cinfo, mig = cmig, moved = cmoved;
+  }
   int same_order = 1;
   for (int s = 0; s < S; s++)
     same_order = same_order && nxt.device[s] == s;
