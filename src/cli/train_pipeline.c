@@ -716,6 +716,14 @@ static int decide_replan(run *r, long step, long remaining, const double *lf, co
   const int n_uses = reordering(c) ? 3 : 1;
   double gain = -INFINITY, mig = 0, moved = 0;
   for (int u = 0; u < n_uses; u++) {
+    /* A freedom the best plan so far did not use gives that same optimum:
+     * its search would repeat the last. */
+    int keeps_first = u > 0 && nxt.device[0] == 0, keeps_order = keeps_first;
+    for (int k = 0; keeps_order && k < S; k++)
+      keeps_order = nxt.device[k] == k;
+    if ((uses[u] == BT_PLAN_ALL_FIRST_FIXED && keeps_first) ||
+        (uses[u] == BT_PLAN_DEVICES_IN_ORDER && keeps_order))
+      continue;
     bt_plan cand;
     cli_plan_info cinfo;
     if (cli_planner_plan(pl, c->partition, uses[u], &cand, &cinfo, err) < 0)
