@@ -81,7 +81,13 @@ static void stage_time(const ctx *c, int d, int i, int j, double *f, double *b) 
   size_t o = (size_t)d * (c->L + 1);
   double ff = c->F[o + j] - c->F[o + i], bb = c->B[o + j] - c->B[o + i];
   const bt_plan_problem *p = c->p;
-  if (p->codec_encode > 0 || p->codec_decode > 0) {
+  if (p->codec_act && p->codec_grad) {
+    const size_t row = (size_t)d * c->L;
+    if (i > 0) /* decode act in, encode grad out */
+      ff += p->codec_act[row + i - 1], bb += p->codec_grad[row + i - 1];
+    if (j < c->L) /* encode act out, decode grad in */
+      ff += p->codec_act[row + j - 1], bb += p->codec_grad[row + j - 1];
+  } else if (p->codec_encode > 0 || p->codec_decode > 0) {
     if (i > 0) { /* decode act in, encode grad out */
       double by = p->act_bytes[i - 1];
       ff += p->codec_decode * by;
@@ -183,8 +189,12 @@ int bt_plan_problem_check(const bt_plan_problem *p, bt_err *err) {
     return bt_err_set(err, "partition: fwd and bwd times [devices x layers] are required");
   size_t n = (size_t)D * L;
   if (!finite_nonneg(p->fwd, n) || !finite_nonneg(p->bwd, n) ||
-      (p->optim && !finite_nonneg(p->optim, n)))
-    return bt_err_set(err, "partition: fwd/bwd/optim times must be finite and >= 0");
+      (p->optim && !finite_nonneg(p->optim, n)) ||
+      (p->codec_act && !finite_nonneg(p->codec_act, n)) ||
+      (p->codec_grad && !finite_nonneg(p->codec_grad, n)))
+    return bt_err_set(err, "partition: fwd/bwd/optim/codec times must be finite and >= 0");
+  if (!p->codec_act != !p->codec_grad)
+    return bt_err_set(err, "partition: codec_act and codec_grad go together (both or neither)");
   if ((p->state_bytes && !finite_nonneg(p->state_bytes, L)) ||
       (p->stash_bytes && !finite_nonneg(p->stash_bytes, L)) ||
       (p->act_bytes && !finite_nonneg(p->act_bytes, L)))
@@ -230,12 +240,15 @@ static int plan_check(const ctx *c, const bt_plan *pl, bt_err *err) {
   for (int k = 1; k < S; k++) {
     int cut = pl->first[k];
     if (cut < 1 || cut >= c->L)
-      return bt_err_set(err, "partition: cut %d (first layer of stage %d) = %d is out of range; "
-                        "cuts must lie in [1, %d]", k - 1, k, cut, c->L - 1);
+      return bt_err_set(err,
+                        "partition: cut %d (first layer of stage %d) = %d is out of range; "
+                        "cuts must lie in [1, %d]",
+                        k - 1, k, cut, c->L - 1);
     if (cut <= pl->first[k - 1])
-      return bt_err_set(err, "partition: cut %d (first layer of stage %d) = %d is not greater "
-                        "than the previous cut %d; cuts must be strictly increasing", k - 1, k,
-                        cut, pl->first[k - 1]);
+      return bt_err_set(err,
+                        "partition: cut %d (first layer of stage %d) = %d is not greater "
+                        "than the previous cut %d; cuts must be strictly increasing",
+                        k - 1, k, cut, pl->first[k - 1]);
   }
   unsigned used = 0;
   for (int s = 0; s < S; s++) {
@@ -256,9 +269,11 @@ static int evaluate_ctx(ctx *c, bt_plan *pl, bt_err *err) {
   if (r < 0)
     return -1;
   if (r == 0)
-    return bt_err_set(err, "partition: stage %d (layers %d..%d) needs %.4g bytes on device %d, "
-                      "which has %.4g; move layers off it or add memory", bad, pl->first[bad],
-                      pl->first[bad + 1] - 1, pl->mem[bad], pl->device[bad], cap(c, pl->device[bad]));
+    return bt_err_set(err,
+                      "partition: stage %d (layers %d..%d) needs %.4g bytes on device %d, "
+                      "which has %.4g; move layers off it or add memory",
+                      bad, pl->first[bad], pl->first[bad + 1] - 1, pl->mem[bad], pl->device[bad],
+                      cap(c, pl->device[bad]));
   return 0;
 }
 
@@ -305,8 +320,10 @@ static int min_scale_ctx(const ctx *c, double *scale, bt_err *err) {
   size_t nU = (size_t)1 << D;
   size_t ns = (size_t)L * nU * D;
   if ((long)ns > MAX_DP_STATES)
-    return bt_err_set(err, "partition: %d layers x 2^%d device sets x %d devices is too large "
-                      "for the exact search; use fewer devices or coarser layers", L, D, D);
+    return bt_err_set(err,
+                      "partition: %d layers x 2^%d device sets x %d devices is too large "
+                      "for the exact search; use fewer devices or coarser layers",
+                      L, D, D);
   double *R = malloc(ns * sizeof(double));
   if (!R)
     return bt_err_set(err, "partition: out of memory for the DP table");
@@ -1252,9 +1269,10 @@ static void brute_devs(brute *bf, int s, unsigned used) {
   if (s == bf->c->D || s >= bf->c->L)
     return;
   for (int d = 0; d < bf->c->D && !bf->failed; d++)
-    if (!(used & (1u << d)) && (s == 0 ? d == 0 || (bf->c->p->device_use != BT_PLAN_DEVICES_IN_ORDER &&
-                                                     bf->c->p->device_use != BT_PLAN_ALL_FIRST_FIXED)
-                                       : next_allowed(bf->c, pl->device[s - 1], d))) {
+    if (!(used & (1u << d)) &&
+        (s == 0 ? d == 0 || (bf->c->p->device_use != BT_PLAN_DEVICES_IN_ORDER &&
+                             bf->c->p->device_use != BT_PLAN_ALL_FIRST_FIXED)
+                : next_allowed(bf->c, pl->device[s - 1], d))) {
       pl->device[s] = d;
       brute_devs(bf, s + 1, used | (1u << d));
     }
@@ -1370,15 +1388,14 @@ int bt_plan_flops(const bt_plan_problem *p, int n_stages, bt_plan *out, bt_err *
   for (int s = 0; s < n_stages; s++)
     if (!(p->device_peak[s] > 0.0) || !isfinite(p->device_peak[s])) {
       ctx_free(&c);
-      return bt_err_set(err, "partition: device_peak[%d] = %g; must be > 0", s,
-                        p->device_peak[s]);
+      return bt_err_set(err, "partition: device_peak[%d] = %g; must be > 0", s, p->device_peak[s]);
     }
   balance_cuts(&c, out, p->layer_flops, p->device_peak);
   return baseline_finish(&c, out, err);
 }
 
-int bt_plan_explicit(const bt_plan_problem *p, int n_stages, const int *cuts,
-                     const int *devices, bt_plan *out, bt_err *err) {
+int bt_plan_explicit(const bt_plan_problem *p, int n_stages, const int *cuts, const int *devices,
+                     bt_plan *out, bt_err *err) {
   ctx c;
   if (baseline_start(&c, p, n_stages, out, err) < 0) {
     ctx_free(&c);

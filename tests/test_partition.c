@@ -20,7 +20,7 @@ enum { ML = 64, MD = 16 };
 typedef struct prob {
   bt_plan_problem p;
   double fwd[MD * ML], bwd[MD * ML], optim[MD * ML], act[ML], state[ML], stash[ML], cap[MD],
-      bw[MD * MD], lat[MD * MD], flops[ML], peak[MD];
+      bw[MD * MD], lat[MD * MD], flops[ML], peak[MD], codec_act[MD * ML], codec_grad[MD * ML];
 } prob;
 
 static unsigned long long rs = 88172645463325252ull;
@@ -51,11 +51,20 @@ static void make(prob *q, int L, int D, bt_schedule_kind kind, int M, const doub
     for (int b = 0; b < D; b++)
       q->bw[a * D + b] = 1e9;
   }
-  q->p = (bt_plan_problem){.n_layers = L, .n_devices = D, .fwd = q->fwd, .bwd = q->bwd,
-                           .act_bytes = q->act, .state_bytes = q->state,
-                           .stash_bytes = q->stash, .mem_cap = q->cap, .bandwidth = q->bw,
-                           .latency = q->lat, .kind = kind, .micro = M,
-                           .layer_flops = q->flops, .device_peak = q->peak};
+  q->p = (bt_plan_problem){.n_layers = L,
+                           .n_devices = D,
+                           .fwd = q->fwd,
+                           .bwd = q->bwd,
+                           .act_bytes = q->act,
+                           .state_bytes = q->state,
+                           .stash_bytes = q->stash,
+                           .mem_cap = q->cap,
+                           .bandwidth = q->bw,
+                           .latency = q->lat,
+                           .kind = kind,
+                           .micro = M,
+                           .layer_flops = q->flops,
+                           .device_peak = q->peak};
 }
 
 /* Random heterogeneous problem; tight memory when `tight`. */
@@ -86,10 +95,20 @@ static void make_random(prob *q, int L, int D, bt_schedule_kind kind, int M, int
     }
   }
   q->p.optim = q->optim;
-  if (urand() < 0.3) {
+  const double codec = urand();
+  if (codec < 0.3) {
     q->p.codec_ratio = 0.25;
     q->p.codec_encode = 1e-10;
     q->p.codec_decode = 2e-10;
+  } else if (codec < 0.6) { /* per device and cut, as baton's planner gives them */
+    q->p.codec_ratio = 0.5;
+    for (int d = 0; d < D; d++)
+      for (int l = 0; l < L; l++) {
+        q->codec_act[d * L + l] = 1e-4 * urand() * speed[d];
+        q->codec_grad[d * L + l] = 1e-4 * urand() * speed[d];
+      }
+    q->p.codec_act = q->codec_act;
+    q->p.codec_grad = q->codec_grad;
   }
 }
 
@@ -180,8 +199,8 @@ Test(partition, infeasible_memory_states_smallest_scale) {
   /* Random infeasible problems: the stated scale is the exact threshold. */
   int checked = 0;
   for (int rep = 0; rep < 200 && checked < 20; rep++) {
-    make_random(&q, 2 + rep % 6, 1 + rep % 4, rep % 2 ? BT_SCHED_1F1B : BT_SCHED_GPIPE,
-                1 + rep % 5, 1);
+    make_random(&q, 2 + rep % 6, 1 + rep % 4, rep % 2 ? BT_SCHED_1F1B : BT_SCHED_GPIPE, 1 + rep % 5,
+                1);
     if (bt_plan_search(&q.p, &pl, NULL, &err) == 0)
       continue;
     cr_assert_eq(bt_plan_min_mem_scale(&q.p, &s, &err), 0, "%s", err.msg);
@@ -201,6 +220,37 @@ Test(partition, infeasible_memory_states_smallest_scale) {
   assert_has(err.msg, "at any scale");
 }
 
+/* Per-device codec times enter each stage as documented: decode the
+ * activation in and encode it out on the forward, the gradient's codec ops on
+ * the backward; a stage at either end of the chain skips that end. */
+Test(partition, per_device_codec_times_enter_stages) {
+  const double speed[2] = {1, 1};
+  prob q;
+  make(&q, 4, 2, BT_SCHED_GPIPE, 1, speed);
+  for (int d = 0; d < 2; d++)
+    for (int l = 0; l < 4; l++)
+      q.codec_act[d * 4 + l] = 1e-5 * (1 + l + 10 * d), q.codec_grad[d * 4 + l] = 3e-5 * (1 + l);
+  q.p.codec_act = q.codec_act;
+  q.p.codec_grad = q.codec_grad;
+  bt_plan pl = {.n_stages = 2, .device = {1, 0}, .first = {0, 2, 4}};
+  bt_err err = {{0}};
+  cr_assert_eq(bt_plan_evaluate(&q.p, &pl, &err), 0, "%s", err.msg);
+  /* stage 0 on device 1, layers 0-1: encodes the activation at cut 1 (act row
+   * 1: 1e-5 * 12), decodes its gradient (3e-5 * 2); stage 1 on device 0: the
+   * same cut's decode (1e-5 * 2) and gradient encode (3e-5 * 2) */
+  cr_assert_float_eq(pl.fwd[0], 2e-3 + 12e-5, 1e-12);
+  cr_assert_float_eq(pl.bwd[0], 4e-3 + 6e-5, 1e-12);
+  cr_assert_float_eq(pl.fwd[1], 2e-3 + 2e-5, 1e-12);
+  cr_assert_float_eq(pl.bwd[1], 4e-3 + 6e-5, 1e-12);
+  q.p.codec_grad = NULL;
+  cr_assert_lt(bt_plan_evaluate(&q.p, &pl, &err), 0);
+  assert_has(err.msg, "codec_act and codec_grad go together");
+  q.p.codec_grad = q.codec_grad;
+  q.codec_grad[5] = NAN;
+  cr_assert_lt(bt_plan_evaluate(&q.p, &pl, &err), 0);
+  assert_has(err.msg, "finite and >= 0");
+}
+
 Test(partition, slow_device_gets_fewer_layers) {
   double speed[2] = {1, 3}; /* device 1 is three times slower */
   prob q;
@@ -212,7 +262,8 @@ Test(partition, slow_device_gets_fewer_layers) {
   int slow = pl.device[0] == 1 ? 0 : 1;
   int n_slow = pl.first[slow + 1] - pl.first[slow];
   printf("partition: 12 layers, devices 1x and 3x: slow device gets %d layers, fast %d; "
-         "%.4f s\n", n_slow, 12 - n_slow, pl.iter_time);
+         "%.4f s\n",
+         n_slow, 12 - n_slow, pl.iter_time);
   cr_assert_lt(n_slow, 12 - n_slow);
   cr_assert_eq(n_slow, 3); /* 3 x 3 = 9 units vs 9 x 1 */
   cr_assert_eq(bt_plan_even(&q.p, 2, &ev, &err), 0, "%s", err.msg);
@@ -405,8 +456,8 @@ Test(partition, scalar_and_pareto_bounds_agree) {
         continue;
       }
       cr_assert_geq(c.iter_time, a.iter_time * (1 - 1e-12));
-      cr_assert_leq(sc.lower_bound, a.iter_time * (1 + 1e-12), "bounds %d: bound %.12g > %.12g",
-                    bi, sc.lower_bound, a.iter_time);
+      cr_assert_leq(sc.lower_bound, a.iter_time * (1 + 1e-12), "bounds %d: bound %.12g > %.12g", bi,
+                    sc.lower_bound, a.iter_time);
       cr_assert(sc.exact || sc.nodes > q->p.max_nodes);
     }
   }

@@ -13,7 +13,8 @@
  *   bwd  = sum bwd[d][l]  + decode(grad in) + encode(grad out)
  *   where a cut after layer c carries act_bytes[c] raw bytes each way (the
  *   gradient of an activation has its shape); encode/decode cost
- *   codec_encode / codec_decode seconds per raw byte, on the stage's clock;
+ *   codec_encode / codec_decode seconds per raw byte, on the stage's clock
+ *   (or per device and cut: codec_act[d][c], codec_grad[d][c]);
  *   act link d -> e:  latency[d][e] + codec_ratio * act_bytes[c] / bandwidth[d][e]
  *   grad link e -> d: latency[e][d] + codec_ratio * act_bytes[c] / bandwidth[e][d]
  *   optim = sum optim[d][l] (optional)
@@ -52,27 +53,31 @@ typedef enum bt_plan_bounds {
 
 /* Device-major matrices: x[d * n_layers + l]; device pairs: x[a * n_devices + b]. */
 typedef struct bt_plan_problem {
-  int n_layers, n_devices;      /* 1 <= n_devices <= BT_PLAN_MAX_DEVICES */
-  const double *fwd, *bwd;      /* [D*L] seconds per micro-batch, required */
-  const double *optim;          /* [D*L] optimizer step seconds; NULL = 0 */
-  const double *act_bytes;      /* [L] bytes of layer l's output (cut after l); required if D > 1 */
-  const double *state_bytes;    /* [L] weights + grads + optimizer state; NULL = 0 */
-  const double *stash_bytes;    /* [L] activation stash per micro-batch in flight; NULL = 0 */
-  const double *mem_cap;        /* [D] bytes; NULL = unlimited */
-  const double *bandwidth;      /* [D*D] bytes/s, a -> b (> 0 off the diagonal); required if D > 1 */
-  const double *latency;        /* [D*D] seconds; NULL = 0 */
-  double codec_ratio;           /* wire bytes / raw bytes; 0 means 1 */
+  int n_layers, n_devices;   /* 1 <= n_devices <= BT_PLAN_MAX_DEVICES */
+  const double *fwd, *bwd;   /* [D*L] seconds per micro-batch, required */
+  const double *optim;       /* [D*L] optimizer step seconds; NULL = 0 */
+  const double *act_bytes;   /* [L] bytes of layer l's output (cut after l); required if D > 1 */
+  const double *state_bytes; /* [L] weights + grads + optimizer state; NULL = 0 */
+  const double *stash_bytes; /* [L] activation stash per micro-batch in flight; NULL = 0 */
+  const double *mem_cap;     /* [D] bytes; NULL = unlimited */
+  const double *bandwidth;   /* [D*D] bytes/s, a -> b (> 0 off the diagonal); required if D > 1 */
+  const double *latency;     /* [D*D] seconds; NULL = 0 */
+  double codec_ratio;        /* wire bytes / raw bytes; 0 means 1 */
   double codec_encode, codec_decode; /* seconds per raw byte (0 = no codec cost) */
+  /* [D*L] device seconds of one encode (or decode: the same sweep) of the
+   * activation / gradient frame at the cut after layer l on device d; when
+   * set, they replace codec_encode and codec_decode. NULL = not given. */
+  const double *codec_act, *codec_grad;
   bt_schedule_kind kind;
-  int micro;                    /* micro-batches per iteration, >= 1 */
-  double mem_scale;             /* factor on every capacity; 0 means 1 */
+  int micro;                     /* micro-batches per iteration, >= 1 */
+  double mem_scale;              /* factor on every capacity; 0 means 1 */
   bt_plan_device_use device_use; /* default: any */
-  long max_nodes;               /* branch-and-bound node budget; 0 = BT_PLAN_DEFAULT_NODES,
-                                   < 0 = unlimited (always exact) */
-  bt_plan_bounds bounds;        /* default: auto */
+  long max_nodes;                /* branch-and-bound node budget; 0 = BT_PLAN_DEFAULT_NODES,
+                                    < 0 = unlimited (always exact) */
+  bt_plan_bounds bounds;         /* default: auto */
   /* Only for bt_plan_flops: */
-  const double *layer_flops;    /* [L] */
-  const double *device_peak;    /* [D] FLOP/s */
+  const double *layer_flops; /* [L] */
+  const double *device_peak; /* [D] FLOP/s */
 } bt_plan_problem;
 
 typedef struct bt_plan {
@@ -82,7 +87,7 @@ typedef struct bt_plan {
   double iter_time;                   /* predicted makespan of one iteration (s) */
   double fwd[BT_PLAN_MAX_DEVICES], bwd[BT_PLAN_MAX_DEVICES], optim[BT_PLAN_MAX_DEVICES];
   double act_comm[BT_PLAN_MAX_DEVICES], grad_comm[BT_PLAN_MAX_DEVICES]; /* link s -> s+1 */
-  double mem[BT_PLAN_MAX_DEVICES];    /* bytes the stage needs on its device */
+  double mem[BT_PLAN_MAX_DEVICES]; /* bytes the stage needs on its device */
 } bt_plan;
 
 typedef struct bt_plan_stats {
@@ -107,8 +112,9 @@ int bt_plan_evaluate(const bt_plan_problem *p, bt_plan *plan, bt_err *err);
 /* Exact search over stage counts, device subsets and orders, and cuts:
  * returns a feasible plan of minimum predicted iteration time (devices may
  * be left unused). Exact when it finishes within p->max_nodes nodes
- * (stats->exact); otherwise the best plan found, with a proven lower bound. With no feasible plan, fails with a message stating the
- * smallest memory scale that would make some plan fit. stats may be NULL. */
+ * (stats->exact); otherwise the best plan found, with a proven lower bound. With no feasible plan,
+ * fails with a message stating the smallest memory scale that would make some plan fit. stats may
+ * be NULL. */
 int bt_plan_search(const bt_plan_problem *p, bt_plan *out, bt_plan_stats *stats, bt_err *err);
 
 /* The smallest factor on every capacity with which some plan fits
@@ -131,7 +137,7 @@ int bt_plan_flops(const bt_plan_problem *p, int n_stages, bt_plan *out, bt_err *
 /* Explicit cuts: cuts[k] (k < n_stages-1) is the first layer of stage k+1,
  * strictly increasing in [1, L). devices: device of each stage, NULL = in
  * order. An out-of-range or non-increasing cut fails naming the cut. */
-int bt_plan_explicit(const bt_plan_problem *p, int n_stages, const int *cuts,
-                     const int *devices, bt_plan *out, bt_err *err);
+int bt_plan_explicit(const bt_plan_problem *p, int n_stages, const int *cuts, const int *devices,
+                     bt_plan *out, bt_err *err);
 
 #endif

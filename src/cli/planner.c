@@ -80,18 +80,13 @@ int cli_apply_throttle(const bt_config *c, int n, int rank, bt_device *d, bt_err
 void cli_planner_free(cli_planner *pl) {
   free(pl->host_fwd), free(pl->host_bwd), free(pl->true_fwd), free(pl->true_bwd);
   free(pl->pred_fwd), free(pl->pred_bwd), free(pl->optim);
+  free(pl->codec_act), free(pl->codec_grad);
+  free(pl->true_optim), free(pl->true_codec_act), free(pl->true_codec_grad);
   free(pl->view_fwd), free(pl->view_bwd), free(pl->ratio_fwd), free(pl->ratio_bwd);
   free(pl->act_bytes), free(pl->state_bytes), free(pl->stash_bytes), free(pl->flops);
   free(pl->bandwidth), free(pl->latency);
   bt_predictor_free(pl->predictor);
   memset(pl, 0, sizeof *pl);
-}
-
-static double codec_bits(const char *name, bt_err *err) {
-  bt_codec_spec spec;
-  if (bt_codec_parse(name, &spec, err) < 0)
-    return -1;
-  return spec.bits;
 }
 
 /* Host calibration of every layer: the whole model as one stage. */
@@ -135,16 +130,19 @@ static int alloc_all(cli_planner *pl) {
   pl->host_bwd = calloc(L, sizeof(double));
   pl->true_fwd = calloc(DL, sizeof(double));
   pl->true_bwd = calloc(DL, sizeof(double));
-  pl->optim = calloc(DL, sizeof(double));
+  double **side[] = {&pl->optim,      &pl->codec_act,      &pl->codec_grad,
+                     &pl->true_optim, &pl->true_codec_act, &pl->true_codec_grad};
+  int ok = 1;
+  for (size_t k = 0; k < sizeof side / sizeof side[0]; k++)
+    ok = (*side[k] = calloc(DL, sizeof(double))) != NULL && ok;
   pl->act_bytes = calloc(L, sizeof(double));
   pl->state_bytes = calloc(L, sizeof(double));
   pl->stash_bytes = calloc(L, sizeof(double));
   pl->flops = calloc(L, sizeof(double));
   pl->bandwidth = calloc(DD, sizeof(double));
   pl->latency = calloc(DD, sizeof(double));
-  return pl->host_fwd && pl->host_bwd && pl->true_fwd && pl->true_bwd && pl->optim &&
-                 pl->act_bytes && pl->state_bytes && pl->stash_bytes && pl->flops &&
-                 pl->bandwidth && pl->latency
+  return ok && pl->host_fwd && pl->host_bwd && pl->true_fwd && pl->true_bwd && pl->act_bytes &&
+                 pl->state_bytes && pl->stash_bytes && pl->flops && pl->bandwidth && pl->latency
              ? 0
              : -1;
 }
@@ -185,8 +183,10 @@ int cli_planner_permute(cli_planner *pl, const int *order, bt_err *err) {
       return bt_err_set(err, "device order: entry %d (%d) is not a permutation of 0..%d", s,
                         order[s], D - 1);
   }
-  double *rows[] = {pl->true_fwd, pl->true_bwd,  pl->pred_fwd,  pl->pred_bwd, pl->view_fwd,
-                    pl->view_bwd, pl->ratio_fwd, pl->ratio_bwd, pl->optim};
+  double *rows[] = {pl->true_fwd,       pl->true_bwd,       pl->pred_fwd,   pl->pred_bwd,
+                    pl->view_fwd,       pl->view_bwd,       pl->ratio_fwd,  pl->ratio_bwd,
+                    pl->optim,          pl->codec_act,      pl->codec_grad, pl->true_optim,
+                    pl->true_codec_act, pl->true_codec_grad};
   for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
     if (permute_rows(rows[k], order, D, L) < 0)
       return bt_err_set(err, "out of memory permuting the planner");
@@ -228,9 +228,34 @@ void cli_planner_set_truth(cli_planner *pl, const double *measured) {
     }
 }
 
+/* The memory-bound side costs of every device and layer at `iteration`, as
+ * the runtime charges them (train_pipeline.c: device_time, codec_time): the
+ * optimizer step, a sweep over p, g, momentum; a codec op, a sweep over the
+ * frame and the float tensor. */
+static void side_costs(const cli_planner *pl, long iteration, double *optim, double *act,
+                       double *grad) {
+  const int D = pl->n_devices, L = pl->n_layers, mb = pl->micro_batch;
+  for (int d = 0; d < D; d++)
+    for (int l = 0; l < L; l++) {
+      const bt_layer *y = &pl->model->layers[l];
+      const double p = (double)y->n_params;
+      const bt_device_op op = {BT_OP_ELEMENTWISE, 3.0 * p, 20.0 * p};
+      optim[d * L + l] = p > 0 ? bt_device_op_analytic(&pl->dev[d], &op, iteration) : 0;
+      const size_t elems = bt_shape_elems(y->out) * (size_t)mb;
+      const double floats = 4.0 * (double)elems;
+      const bt_device_op a = {BT_OP_ELEMENTWISE, 0,
+                              floats + (double)bt_codec_max_frame_bytes(&pl->act_codec, elems)};
+      const bt_device_op g = {BT_OP_ELEMENTWISE, 0,
+                              floats + (double)bt_codec_max_frame_bytes(&pl->grad_codec, elems)};
+      act[d * L + l] = bt_device_op_analytic(&pl->dev[d], &a, iteration);
+      grad[d * L + l] = bt_device_op_analytic(&pl->dev[d], &g, iteration);
+    }
+}
+
 void cli_planner_truth_at(cli_planner *pl, long iteration) {
   const int D = pl->n_devices, L = pl->n_layers, mb = pl->micro_batch;
   pl->truth_iteration = iteration;
+  side_costs(pl, iteration, pl->true_optim, pl->true_codec_act, pl->true_codec_grad);
   for (int d = 0; d < D; d++)
     for (int l = 0; l < L; l++) {
       const bt_layer *y = &pl->model->layers[l];
@@ -273,12 +298,6 @@ int cli_planner_init(cli_planner *pl, const bt_config *c, const bt_model *m, con
   for (int d = 0; d < D; d++) {
     pl->mem_cap[d] = pl->dev[d].capacity_mib * 1048576.0;
     pl->peak[d] = pl->dev[d].rate[BT_OP_CONV] * 1e9;
-    for (int l = 0; l < L; l++) {
-      /* the optimizer step: a memory-bound sweep over p, g, momentum (as the runtime) */
-      const double p = (double)m->layers[l].n_params;
-      const bt_device_op op = {BT_OP_ELEMENTWISE, 3.0 * p, 20.0 * p};
-      pl->optim[d * L + l] = p > 0 ? bt_device_op_analytic(&pl->dev[d], &op, 0) : 0;
-    }
     for (int e = 0; e < D; e++) {
       bt_link_params lp;
       if (cli_link_params(c, D, &pl->dev[d], d, e, &lp, err) < 0)
@@ -287,12 +306,13 @@ int cli_planner_init(cli_planner *pl, const bt_config *c, const bt_model *m, con
       pl->latency[d * D + e] = d == e ? 0 : lp.latency_s;
     }
   }
-  cli_planner_truth_at(pl, 0);
-  const double act_bits = codec_bits(c->codec_activations, err);
-  const double grad_bits = act_bits < 0 ? -1 : codec_bits(c->codec_gradients, err);
-  if (act_bits < 0 || grad_bits < 0)
+  if (bt_codec_parse(c->codec_activations, &pl->act_codec, err) < 0 ||
+      bt_codec_parse(c->codec_gradients, &pl->grad_codec, err) < 0)
     return -1;
-  pl->codec_ratio = (act_bits + grad_bits) / 64.0; /* payload only: frames add a few bytes */
+  /* payload only: frames add a few bytes */
+  pl->codec_ratio = (pl->act_codec.bits + pl->grad_codec.bits) / 64.0;
+  side_costs(pl, 0, pl->optim, pl->codec_act, pl->codec_grad);
+  cli_planner_truth_at(pl, 0);
   return 0;
 }
 
@@ -563,13 +583,17 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
 
 /* ---- partitioners ---- */
 
+/* The planning problem over the given compute times; `truth` picks the side
+ * costs at the truth's iteration, else the profiles' at iteration 0. */
 static bt_plan_problem problem(const cli_planner *pl, const double *fwd, const double *bwd,
-                               bt_plan_device_use use, bt_err *err, int *ok) {
+                               int truth, bt_plan_device_use use, bt_err *err, int *ok) {
   bt_plan_problem p = {.n_layers = pl->n_layers,
                        .n_devices = pl->n_devices,
                        .fwd = fwd,
                        .bwd = bwd,
-                       .optim = pl->optim,
+                       .optim = truth ? pl->true_optim : pl->optim,
+                       .codec_act = truth ? pl->true_codec_act : pl->codec_act,
+                       .codec_grad = truth ? pl->true_codec_grad : pl->codec_grad,
                        .act_bytes = pl->act_bytes,
                        .state_bytes = pl->state_bytes,
                        .stash_bytes = pl->stash_bytes,
@@ -627,7 +651,7 @@ int cli_planner_evaluate_order(cli_planner *pl, int predicted, const int *device
   int ok;
   bt_plan_problem p =
       problem(pl, predicted ? pl->view_fwd : pl->true_fwd, predicted ? pl->view_bwd : pl->true_bwd,
-              BT_PLAN_ANY_DEVICES, err, &ok);
+              !predicted, BT_PLAN_ANY_DEVICES, err, &ok);
   if (!ok)
     return -1;
   memset(out, 0, sizeof *out);
@@ -653,7 +677,7 @@ int cli_planner_evaluate_cautious(cli_planner *pl, const int *device, const int 
     b[i] = pl->view_bwd[i] * (isfinite(pl->ratio_bwd[i]) ? 1 : 1 + margin);
   }
   int ok;
-  bt_plan_problem p = problem(pl, f, b, BT_PLAN_ANY_DEVICES, err, &ok);
+  bt_plan_problem p = problem(pl, f, b, 0, BT_PLAN_ANY_DEVICES, err, &ok);
   int rc = -1;
   if (ok) {
     memset(out, 0, sizeof *out);
@@ -691,7 +715,7 @@ int cli_planner_plan(cli_planner *pl, const char *partitioner, bt_plan_device_us
   info->predicted = NAN;
   info->exact = 1;
   int ok;
-  bt_plan_problem truth = problem(pl, pl->true_fwd, pl->true_bwd, use, err, &ok);
+  bt_plan_problem truth = problem(pl, pl->true_fwd, pl->true_bwd, 1, use, err, &ok);
   if (!ok)
     return -1;
   const int S = pl->n_devices;
@@ -720,7 +744,7 @@ int cli_planner_plan(cli_planner *pl, const char *partitioner, bt_plan_device_us
     if (partitioner[0] == 'p')
       info->profiling_s = profiling_seconds(pl);
   } else if (strcmp(partitioner, "predicted") == 0) {
-    bt_plan_problem view = problem(pl, pl->view_fwd, pl->view_bwd, use, err, &ok);
+    bt_plan_problem view = problem(pl, pl->view_fwd, pl->view_bwd, 0, use, err, &ok);
     rc = bt_plan_search(&view, out, &st, err);
     info->exact = st.exact;
     info->predicted = out->iter_time;

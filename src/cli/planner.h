@@ -7,6 +7,7 @@
 #ifndef BATON_CLI_PLANNER_H
 #define BATON_CLI_PLANNER_H
 
+#include "baton/codec.h"
 #include "baton/config.h"
 #include "baton/device.h"
 #include "baton/err.h"
@@ -28,7 +29,14 @@ typedef struct cli_planner {
    * model of the last time the device ran the layer (1 if never). */
   double *view_fwd, *view_bwd;
   double *ratio_fwd, *ratio_bwd;
-  double *optim;                                         /* [D*L] optimizer step seconds */
+  /* [D*L] memory-bound side costs from the device profiles (analytic, as the
+   * runtime charges them): the optimizer step of each layer and one encode or
+   * decode of the activation / gradient frame at the cut after each layer.
+   * `optim`, `codec_*`: at iteration 0, what `predicted` plans with;
+   * `true_*`: at truth_iteration (throttling). */
+  double *optim, *codec_act, *codec_grad;
+  double *true_optim, *true_codec_act, *true_codec_grad;
+  bt_codec_spec act_codec, grad_codec;
   double *act_bytes, *state_bytes, *stash_bytes, *flops; /* [L] */
   double mem_cap[BT_PLAN_MAX_DEVICES], peak[BT_PLAN_MAX_DEVICES];
   double *bandwidth, *latency; /* [D*D] bytes/s, s */
