@@ -76,6 +76,16 @@ static void ctx_free(ctx *c) {
   memset(c, 0, sizeof *c);
 }
 
+/* The optimizer step of stage [i, j) on d. */
+static double stage_optim(const ctx *c, int d, int i, int j) {
+  if (c->p->optim_stage) {
+    const double o = c->p->optim_stage(c->p->optim_ctx, d, i, j);
+    return o > 0 && isfinite(o) ? o : 0.0;
+  }
+  const size_t o = (size_t)d * (c->L + 1);
+  return c->O[o + j] - c->O[o + i];
+}
+
 /* Compute of stage [i, j) on d, codec work included. */
 static void stage_time(const ctx *c, int d, int i, int j, double *f, double *b) {
   size_t o = (size_t)d * (c->L + 1);
@@ -142,8 +152,7 @@ static int plan_fill(ctx *c, bt_plan *pl, int *bad, bt_err *err) {
   for (int s = 0; s < S; s++) {
     int d = pl->device[s], i = pl->first[s], j = pl->first[s + 1];
     stage_time(c, d, i, j, &pl->fwd[s], &pl->bwd[s]);
-    size_t o = (size_t)d * (c->L + 1);
-    pl->optim[s] = c->O[o + j] - c->O[o + i];
+    pl->optim[s] = stage_optim(c, d, i, j);
     pl->mem[s] = stage_mem(c, i, j, S - s);
     pl->act_comm[s] = pl->grad_comm[s] = 0.0;
     if (s + 1 < S)
@@ -564,6 +573,7 @@ typedef struct bb {
   size_t nU, ns;
   /* Stage and link terms, computed once: */
   double *sf, *sb; /* [D][L+1][L+1]: f and b of stage [i, j) on d, codec included */
+  double *so;      /* [D][L+1][L+1]: its optimizer step */
   double *lp, *ly; /* [D][D][L+1]: a + g and link_y of the cut before j, d -> e */
   int *jmax;       /* [D][D+1][L]: last j such that [i, j) fits d with r stages to go */
   /* Bound table, state (i, U, d) at sidx(): */
@@ -618,15 +628,17 @@ static int tabs_init(bb *t, bt_err *err) {
   size_t nij = (size_t)D * (L + 1) * (L + 1), nl = (size_t)D * D * (L + 1);
   t->sf = malloc(nij * sizeof(double));
   t->sb = malloc(nij * sizeof(double));
+  t->so = malloc(nij * sizeof(double));
   t->lp = calloc(nl, sizeof(double));
   t->ly = calloc(nl, sizeof(double));
   t->jmax = malloc((size_t)D * (D + 1) * L * sizeof(int));
-  if (!t->sf || !t->sb || !t->lp || !t->ly || !t->jmax)
+  if (!t->sf || !t->sb || !t->so || !t->lp || !t->ly || !t->jmax)
     return bt_err_set(err, "partition: out of memory for the stage tables");
   for (int d = 0; d < D; d++)
     for (int i = 0; i < L; i++)
       for (int j = i + 1; j <= L; j++)
-        stage_time(c, d, i, j, &t->sf[ij(t, d, i, j)], &t->sb[ij(t, d, i, j)]);
+        stage_time(c, d, i, j, &t->sf[ij(t, d, i, j)], &t->sb[ij(t, d, i, j)]),
+            t->so[ij(t, d, i, j)] = stage_optim(c, d, i, j);
   for (int d = 0; d < D; d++)
     for (int e = 0; e < D; e++)
       for (int j = 1; j < L && e != d; j++) {
@@ -979,8 +991,7 @@ static void leaf(bb *t, int S) {
     int d = t->dev[s], i = t->first[s], j = t->first[s + 1];
     f[s] = t->sf[ij(t, d, i, j)];
     b[s] = t->sb[ij(t, d, i, j)];
-    size_t oo = (size_t)d * (c->L + 1);
-    o[s] = c->O[oo + j] - c->O[oo + i];
+    o[s] = t->so[ij(t, d, i, j)];
     a[s] = g[s] = 0.0;
     if (s + 1 < S)
       link_time(c, d, t->dev[s + 1], j, &a[s], &g[s]);
@@ -1035,13 +1046,13 @@ static void node(bb *t, int depth, int i, size_t U, int d, double pp, double yy,
   }
   kid *ks = t->kids + (size_t)depth * L * D;
   int nk = 0, nn = stage_nn(c, r), jm = jmax_of(t, d, r, i);
-  size_t V = U & ~((size_t)1 << d), od = (size_t)d * (L + 1);
+  size_t V = U & ~((size_t)1 << d);
   for (int j = i + 1; j <= jm; j++) {
     double f = t->sf[ij(t, d, i, j)], b = t->sb[ij(t, d, i, j)];
     double ys = m1 * (f > b ? f : b) + nn * (f > b ? b : f);
     double lmj = pp + c->M * (f + b);
     lmj = lm > lmj ? lm : lmj;
-    double o = depth == 0 ? c->O[od + j] - c->O[od + i] : oo;
+    double o = depth == 0 ? t->so[ij(t, d, i, j)] : oo;
     ys = yy > ys ? yy : ys;
     for (int e = 0; e < D; e++) {
       if (!(V & (1u << e)) || !next_allowed(c, d, e))
@@ -1217,6 +1228,7 @@ done:
   free(t.pts);
   free(t.sc);
   free(t.sf);
+  free(t.so);
   free(t.sb);
   free(t.lp);
   free(t.ly);

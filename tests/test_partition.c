@@ -67,6 +67,17 @@ static void make(prob *q, int L, int D, bt_schedule_kind kind, int M, const doub
                            .device_peak = q->peak};
 }
 
+/* A stage-level optimizer step that is no sum over layers: one launch per
+ * stage plus a sweep whose speed depends on its size (what baton's runtime
+ * charges). */
+static double optim_of_stage(const void *ctx, int d, int first, int end) {
+  const prob *q = ctx;
+  double bytes = 0;
+  for (int l = first; l < end; l++)
+    bytes += q->state[l];
+  return (2e-5 + 1e-10 * bytes * (bytes < 2e6 ? 0.5 : 1.0)) * (1 + d);
+}
+
 /* Random heterogeneous problem; tight memory when `tight`. */
 static void make_random(prob *q, int L, int D, bt_schedule_kind kind, int M, int tight) {
   double speed[MD] = {0};
@@ -95,6 +106,10 @@ static void make_random(prob *q, int L, int D, bt_schedule_kind kind, int M, int
     }
   }
   q->p.optim = q->optim;
+  if (urand() < 0.3) {
+    q->p.optim_stage = optim_of_stage;
+    q->p.optim_ctx = q;
+  }
   const double codec = urand();
   if (codec < 0.3) {
     q->p.codec_ratio = 0.25;

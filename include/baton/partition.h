@@ -17,7 +17,7 @@
  *   (or per device and cut: codec_act[d][c], codec_grad[d][c]);
  *   act link d -> e:  latency[d][e] + codec_ratio * act_bytes[c] / bandwidth[d][e]
  *   grad link e -> d: latency[e][d] + codec_ratio * act_bytes[c] / bandwidth[e][d]
- *   optim = sum optim[d][l] (optional)
+ *   optim = sum optim[d][l] (optional), or optim_stage(d, i, j) when given
  *   memory = sum state_bytes[l] + in_flight * sum stash_bytes[l], with
  *   in_flight = M (GPipe) or min(S - s, M) (1F1B), <= mem_cap[d] * mem_scale.
  *
@@ -53,9 +53,15 @@ typedef enum bt_plan_bounds {
 
 /* Device-major matrices: x[d * n_layers + l]; device pairs: x[a * n_devices + b]. */
 typedef struct bt_plan_problem {
-  int n_layers, n_devices;   /* 1 <= n_devices <= BT_PLAN_MAX_DEVICES */
-  const double *fwd, *bwd;   /* [D*L] seconds per micro-batch, required */
-  const double *optim;       /* [D*L] optimizer step seconds; NULL = 0 */
+  int n_layers, n_devices; /* 1 <= n_devices <= BT_PLAN_MAX_DEVICES */
+  const double *fwd, *bwd; /* [D*L] seconds per micro-batch, required */
+  const double *optim;     /* [D*L] optimizer step seconds; NULL = 0 */
+  /* Optional, replaces `optim`: the optimizer step of stage [first, end) on
+   * device d when it is not a sum over layers (baton's runtime sweeps the
+   * stage's parameters in one op: one launch overhead, cache effects of
+   * the whole sweep). Must be finite and >= 0. */
+  double (*optim_stage)(const void *ctx, int device, int first, int end);
+  const void *optim_ctx;
   const double *act_bytes;   /* [L] bytes of layer l's output (cut after l); required if D > 1 */
   const double *state_bytes; /* [L] weights + grads + optimizer state; NULL = 0 */
   const double *stash_bytes; /* [L] activation stash per micro-batch in flight; NULL = 0 */

@@ -79,9 +79,8 @@ int cli_apply_throttle(const bt_config *c, int n, int rank, bt_device *d, bt_err
 
 void cli_planner_free(cli_planner *pl) {
   free(pl->host_fwd), free(pl->host_bwd), free(pl->true_fwd), free(pl->true_bwd);
-  free(pl->pred_fwd), free(pl->pred_bwd), free(pl->optim);
-  free(pl->codec_act), free(pl->codec_grad);
-  free(pl->true_optim), free(pl->true_codec_act), free(pl->true_codec_grad);
+  free(pl->pred_fwd), free(pl->pred_bwd), free(pl->param_prefix);
+  free(pl->codec_act), free(pl->codec_grad), free(pl->true_codec_act), free(pl->true_codec_grad);
   free(pl->view_fwd), free(pl->view_bwd), free(pl->ratio_fwd), free(pl->ratio_bwd);
   free(pl->act_bytes), free(pl->state_bytes), free(pl->stash_bytes), free(pl->flops);
   free(pl->bandwidth), free(pl->latency);
@@ -130,19 +129,20 @@ static int alloc_all(cli_planner *pl) {
   pl->host_bwd = calloc(L, sizeof(double));
   pl->true_fwd = calloc(DL, sizeof(double));
   pl->true_bwd = calloc(DL, sizeof(double));
-  double **side[] = {&pl->optim,      &pl->codec_act,      &pl->codec_grad,
-                     &pl->true_optim, &pl->true_codec_act, &pl->true_codec_grad};
+  double **side[] = {&pl->codec_act, &pl->codec_grad, &pl->true_codec_act, &pl->true_codec_grad};
   int ok = 1;
   for (size_t k = 0; k < sizeof side / sizeof side[0]; k++)
     ok = (*side[k] = calloc(DL, sizeof(double))) != NULL && ok;
+  pl->param_prefix = calloc(L + 1, sizeof(double));
   pl->act_bytes = calloc(L, sizeof(double));
   pl->state_bytes = calloc(L, sizeof(double));
   pl->stash_bytes = calloc(L, sizeof(double));
   pl->flops = calloc(L, sizeof(double));
   pl->bandwidth = calloc(DD, sizeof(double));
   pl->latency = calloc(DD, sizeof(double));
-  return ok && pl->host_fwd && pl->host_bwd && pl->true_fwd && pl->true_bwd && pl->act_bytes &&
-                 pl->state_bytes && pl->stash_bytes && pl->flops && pl->bandwidth && pl->latency
+  return ok && pl->param_prefix && pl->host_fwd && pl->host_bwd && pl->true_fwd && pl->true_bwd &&
+                 pl->act_bytes && pl->state_bytes && pl->stash_bytes && pl->flops &&
+                 pl->bandwidth && pl->latency
              ? 0
              : -1;
 }
@@ -158,6 +158,7 @@ static void layer_figures(cli_planner *pl) {
     pl->state_bytes[l] = 4.0 * (3.0 * (double)y->n_params + (double)y->n_state);
     pl->stash_bytes[l] = 4.0 * (out + (double)bt_layer_aux_floats(y, mb));
     pl->flops[l] = (bt_layer_flops_fwd(y) + bt_layer_flops_bwd(y)) * mb;
+    pl->param_prefix[l + 1] = pl->param_prefix[l] + (double)y->n_params;
   }
 }
 
@@ -183,10 +184,9 @@ int cli_planner_permute(cli_planner *pl, const int *order, bt_err *err) {
       return bt_err_set(err, "device order: entry %d (%d) is not a permutation of 0..%d", s,
                         order[s], D - 1);
   }
-  double *rows[] = {pl->true_fwd,       pl->true_bwd,       pl->pred_fwd,   pl->pred_bwd,
-                    pl->view_fwd,       pl->view_bwd,       pl->ratio_fwd,  pl->ratio_bwd,
-                    pl->optim,          pl->codec_act,      pl->codec_grad, pl->true_optim,
-                    pl->true_codec_act, pl->true_codec_grad};
+  double *rows[] = {pl->true_fwd,  pl->true_bwd,   pl->pred_fwd,       pl->pred_bwd,
+                    pl->view_fwd,  pl->view_bwd,   pl->ratio_fwd,      pl->ratio_bwd,
+                    pl->codec_act, pl->codec_grad, pl->true_codec_act, pl->true_codec_grad};
   for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
     if (permute_rows(rows[k], order, D, L) < 0)
       return bt_err_set(err, "out of memory permuting the planner");
@@ -228,19 +228,25 @@ void cli_planner_set_truth(cli_planner *pl, const double *measured) {
     }
 }
 
-/* The memory-bound side costs of every device and layer at `iteration`, as
- * the runtime charges them (train_pipeline.c: device_time, codec_time): the
- * optimizer step, a sweep over p, g, momentum; a codec op, a sweep over the
+/* The optimizer step of stage [first, end) on device d, as the runtime
+ * charges it (train_pipeline.c, device_time): one memory-bound sweep over
+ * the stage's p, g and momentum. At the truth's iteration or at 0. */
+static double optim_stage(const void *ctx, int d, int first, int end) {
+  const struct cli_optim_ctx *o = ctx;
+  const cli_planner *pl = o->pl;
+  const double p = pl->param_prefix[end] - pl->param_prefix[first];
+  const bt_device_op op = {BT_OP_ELEMENTWISE, 3.0 * p, 20.0 * p};
+  return p > 0 ? bt_device_op_analytic(&pl->dev[d], &op, o->truth ? pl->truth_iteration : 0) : 0;
+}
+
+/* One encode or decode of every cut's frame on every device at `iteration`,
+ * as the runtime charges it (train_pipeline.c, codec_time): a sweep over the
  * frame and the float tensor. */
-static void side_costs(const cli_planner *pl, long iteration, double *optim, double *act,
-                       double *grad) {
+static void codec_costs(const cli_planner *pl, long iteration, double *act, double *grad) {
   const int D = pl->n_devices, L = pl->n_layers, mb = pl->micro_batch;
   for (int d = 0; d < D; d++)
     for (int l = 0; l < L; l++) {
       const bt_layer *y = &pl->model->layers[l];
-      const double p = (double)y->n_params;
-      const bt_device_op op = {BT_OP_ELEMENTWISE, 3.0 * p, 20.0 * p};
-      optim[d * L + l] = p > 0 ? bt_device_op_analytic(&pl->dev[d], &op, iteration) : 0;
       const size_t elems = bt_shape_elems(y->out) * (size_t)mb;
       const double floats = 4.0 * (double)elems;
       const bt_device_op a = {BT_OP_ELEMENTWISE, 0,
@@ -255,7 +261,7 @@ static void side_costs(const cli_planner *pl, long iteration, double *optim, dou
 void cli_planner_truth_at(cli_planner *pl, long iteration) {
   const int D = pl->n_devices, L = pl->n_layers, mb = pl->micro_batch;
   pl->truth_iteration = iteration;
-  side_costs(pl, iteration, pl->true_optim, pl->true_codec_act, pl->true_codec_grad);
+  codec_costs(pl, iteration, pl->true_codec_act, pl->true_codec_grad);
   for (int d = 0; d < D; d++)
     for (int l = 0; l < L; l++) {
       const bt_layer *y = &pl->model->layers[l];
@@ -311,7 +317,9 @@ int cli_planner_init(cli_planner *pl, const bt_config *c, const bt_model *m, con
     return -1;
   /* payload only: frames add a few bytes */
   pl->codec_ratio = (pl->act_codec.bits + pl->grad_codec.bits) / 64.0;
-  side_costs(pl, 0, pl->optim, pl->codec_act, pl->codec_grad);
+  codec_costs(pl, 0, pl->codec_act, pl->codec_grad);
+  pl->optim_view = (struct cli_optim_ctx){pl, 0};
+  pl->optim_true = (struct cli_optim_ctx){pl, 1};
   cli_planner_truth_at(pl, 0);
   return 0;
 }
@@ -398,6 +406,12 @@ int cli_planner_learn(cli_planner *pl, int d, int first, int count, const double
   return 0;
 }
 
+/* A probe's key in the calibration store. */
+static void probe_key(const bt_profile_entry *e, char *key, size_t n) {
+  memcpy(key, "probe ", 6);
+  bt_calib_layer_key(&e->layer, e->batch, 0, key + 6, n - 6);
+}
+
 /* The probe set's host times: from the calibration store when it holds them
  * (so that a run's plan does not depend on the host's mood), else measured
  * (minimum of 5) and added to it. */
@@ -410,8 +424,7 @@ static int probe_host_times(const char *path, const char *host_key, const bt_dev
   int found = 0;
   for (int i = 0; i < probe->n; i++) {
     bt_profile_entry *e = &probe->e[i];
-    memcpy(key, "probe ", 6);
-    bt_calib_layer_key(&e->layer, e->batch, 0, key + 6, sizeof key - 6);
+    probe_key(e, key, sizeof key);
     found += bt_calib_lookup(store, key, &e->host_fwd, &e->host_bwd);
   }
   bt_calib_free(store);
@@ -421,8 +434,7 @@ static int probe_host_times(const char *path, const char *host_key, const bt_dev
     return -1;
   for (int i = 0; path && path[0] && i < probe->n; i++) {
     const bt_profile_entry *e = &probe->e[i];
-    memcpy(key, "probe ", 6);
-    bt_calib_layer_key(&e->layer, e->batch, 0, key + 6, sizeof key - 6);
+    probe_key(e, key, sizeof key);
     if (bt_calib_append(path, host_key, key, e->host_fwd, e->host_bwd, err) < 0)
       return -1;
   }
@@ -591,7 +603,8 @@ static bt_plan_problem problem(const cli_planner *pl, const double *fwd, const d
                        .n_devices = pl->n_devices,
                        .fwd = fwd,
                        .bwd = bwd,
-                       .optim = truth ? pl->true_optim : pl->optim,
+                       .optim_stage = optim_stage,
+                       .optim_ctx = truth ? &pl->optim_true : &pl->optim_view,
                        .codec_act = truth ? pl->true_codec_act : pl->codec_act,
                        .codec_grad = truth ? pl->true_codec_grad : pl->codec_grad,
                        .act_bytes = pl->act_bytes,

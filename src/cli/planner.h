@@ -29,13 +29,18 @@ typedef struct cli_planner {
    * model of the last time the device ran the layer (1 if never). */
   double *view_fwd, *view_bwd;
   double *ratio_fwd, *ratio_bwd;
-  /* [D*L] memory-bound side costs from the device profiles (analytic, as the
-   * runtime charges them): the optimizer step of each layer and one encode or
-   * decode of the activation / gradient frame at the cut after each layer.
-   * `optim`, `codec_*`: at iteration 0, what `predicted` plans with;
-   * `true_*`: at truth_iteration (throttling). */
-  double *optim, *codec_act, *codec_grad;
-  double *true_optim, *true_codec_act, *true_codec_grad;
+  /* [D*L] one encode or decode of the activation / gradient frame at the cut
+   * after each layer, from the device profiles (analytic, as the runtime
+   * charges them): `codec_*` at iteration 0, what `predicted` plans with;
+   * `true_codec_*` at truth_iteration (throttling). The optimizer step is
+   * priced per stage (one sweep over its parameters, as the runtime runs it):
+   * planner.c's optim_stage with `optim_view` or `optim_true`. */
+  double *codec_act, *codec_grad, *true_codec_act, *true_codec_grad;
+  double *param_prefix; /* [L+1] parameters of layers [0, l) */
+  struct cli_optim_ctx {
+    const struct cli_planner *pl;
+    int truth;
+  } optim_view, optim_true;
   bt_codec_spec act_codec, grad_codec;
   double *act_bytes, *state_bytes, *stash_bytes, *flops; /* [L] */
   double mem_cap[BT_PLAN_MAX_DEVICES], peak[BT_PLAN_MAX_DEVICES];
