@@ -62,4 +62,6 @@ awk -v sb="$static_before" -v sa="$static_after" -v a="$after" -v b="${best:-0}"
   printf "the slowdown took %.1f%% of the static plan'\''s throughput\n", 100 * lost / sb
   printf "recovered %.1f%% of the throughput the slowdown took from the static plan " \
     "(target: 80%%)\n", 100 * r
+  if (b > 0 && n / b > sa) printf "that is %.1f%% of what the best plan for the slowed devices " \
+    "recovers\n", 100 * (a - sa) / (n / b - sa)
   exit !(r >= 0.8) }'
