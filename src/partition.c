@@ -76,7 +76,8 @@ static void ctx_free(ctx *c) {
   memset(c, 0, sizeof *c);
 }
 
-/* The optimizer step of stage [i, j) on d. */
+/* The optimizer step of stage [i, j) on d (a callback's negative or
+ * non-finite figure counts 0: it must not steer the search). */
 static double stage_optim(const ctx *c, int d, int i, int j) {
   if (c->p->optim_stage) {
     const double o = c->p->optim_stage(c->p->optim_ctx, d, i, j);

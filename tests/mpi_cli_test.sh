@@ -114,12 +114,14 @@ expect_fail $? calibration-corrupt "$tmp/bad.tsv:1: not 'HOST<tab>KEY<tab>SECOND
 
 # The planner (default partition: predicted, device_order: plan): rank 0
 # plans, the ranks take their stages in the planned device order, and the
-# plan's true-time model agrees with the measured run.
+# plan's true-time model agrees with the measured run (within 1%: the cost
+# model charges the codec and the optimizer step as the runtime does; it
+# read -0.3% before those terms, -0.1% with them).
 mpi 3 "$baton" train "${syn[@]}" --set devices=rpi4,jetson-orin-nano,rpi3bplus \
   --set partition=predicted --set progress=never --set output="$tmp/planned.h5"
 expect_ok $? plan-predicted "plan: partition predicted, stages on ["
 gap=$(sed -n 's/.*s with the true device times (\([-+0-9.]*\)%).*/\1/p' "$tmp/out")
-if [ -n "$gap" ] && awk -v g="$gap" 'BEGIN { exit !(g > -5 && g < 5) }'; then
+if [ -n "$gap" ] && awk -v g="$gap" 'BEGIN { exit !(g >= -1 && g <= 1) }'; then
   echo "ok   plan-true-model: planned vs measured iteration ${gap}%"
 else
   echo "FAIL plan-true-model: '$gap'"; cat "$tmp/out"; fails=$((fails + 1))
