@@ -53,15 +53,15 @@ best=$("$baton" plan experiments/configs/vgg11-4dev.yaml --set model="$model" \
 batch=$("$baton" report "$out/every5.h5" | sed -n 's/.*batch \([0-9]*\) in.*/\1/p')
 echo "no re-planning: ${static_before} samples/s before the slowdown, ${static_after} after"
 echo "re-planning:    ${before} samples/s before, ${hit} right after (old plan), ${after} at the end"
-awk -v sb="$static_before" -v sa="$static_after" -v a="$after" -v b="${best:-0}" -v n="$batch" 'BEGIN {
+awk -v sb="$static_before" -v sa="$static_after" -v a="$after" -v b="${best:-0}" -v n="${batch:-0}" 'BEGIN {
   lost = sb - sa; if (lost <= 0) { print "the slowdown cost the static plan no throughput"; exit 1 }
   r = (a - sa) / lost
-  if (b > 0) printf "the best plan for the slowed devices (oracle, true times): %.4f s/iteration " \
+  if (b > 0 && n > 0) printf "the best plan for the slowed devices (oracle, true times): %.4f s/iteration " \
     "= %.1f samples/s, %.1f%% of the loss (the ceiling of any re-plan on this model)\n", \
     b, n / b, 100 * (n / b - sa) / lost
   printf "the slowdown took %.1f%% of the static plan'\''s throughput\n", 100 * lost / sb
   printf "recovered %.1f%% of the throughput the slowdown took from the static plan " \
     "(target: 80%%)\n", 100 * r
-  if (b > 0 && n / b > sa) printf "that is %.1f%% of what the best plan for the slowed devices " \
+  if (b > 0 && n > 0 && n / b > sa) printf "that is %.1f%% of what the best plan for the slowed devices " \
     "recovers\n", 100 * (a - sa) / (n / b - sa)
   exit !(r >= 0.8) }'
