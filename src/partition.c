@@ -197,6 +197,11 @@ int bt_plan_problem_check(const bt_plan_problem *p, bt_err *err) {
                       (int)p->bounds);
   if (!p->fwd || !p->bwd)
     return bt_err_set(err, "partition: fwd and bwd times [devices x layers] are required");
+  if (p->required_devices >> D)
+    return bt_err_set(err,
+                      "partition: required_devices 0x%x names a device beyond the %d given "
+                      "(bit d = device d)",
+                      p->required_devices, D);
   size_t n = (size_t)D * L;
   if (!finite_nonneg(p->fwd, n) || !finite_nonneg(p->bwd, n) ||
       (p->optim && !finite_nonneg(p->optim, n)) ||
@@ -302,6 +307,8 @@ int bt_plan_evaluate(const bt_plan_problem *p, bt_plan *plan, bt_err *err) {
  * stage on d may be followed by one on e, under p->device_use. */
 static int root_allowed(const ctx *c, size_t U, int d) {
   const size_t all = ((size_t)1 << c->D) - 1;
+  if ((U & c->p->required_devices) != c->p->required_devices)
+    return 0;
   switch (c->p->device_use) {
   case BT_PLAN_ALL_DEVICES:
     return U == all;
@@ -1269,7 +1276,9 @@ static void brute_cuts(brute *bf, int s) {
 
 static void brute_devs(brute *bf, int s, unsigned used) {
   bt_plan *pl = &bf->cur;
-  const int complete = bf->c->p->device_use == BT_PLAN_ANY_DEVICES || s == bf->c->D;
+  const unsigned need = bf->c->p->required_devices;
+  const int complete =
+      (bf->c->p->device_use == BT_PLAN_ANY_DEVICES && (used & need) == need) || s == bf->c->D;
   if (s > 0 && s <= bf->c->L && complete) {
     pl->n_stages = s;
     pl->first[0] = 0;

@@ -433,6 +433,58 @@ Test(partition, device_use_restrictions_equal_brute_force) {
   cr_assert_lt(infeasible, trials / 2);
 }
 
+/* Required devices (baton train's lead keeps a stage): any subset that
+ * holds them, search = brute force, and the plan uses each of them. */
+Test(partition, required_devices_equal_brute_force) {
+  int trials = 0, left_out = 0;
+  for (int rep = 0; rep < 60; rep++) {
+    prob q;
+    int L = 2 + (int)(urand() * 7), D = 2 + (int)(urand() * 3);
+    make_random(&q, L, D, rep % 2 ? BT_SCHED_1F1B : BT_SCHED_GPIPE, 1 + rep % 5, rep % 3 == 0);
+    /* make the required device the slowest, so that leaving it out would pay */
+    const int need = rep % D;
+    for (int l = 0; l < L; l++)
+      q.fwd[need * L + l] *= 20, q.bwd[need * L + l] *= 20;
+    q.p.device_use = BT_PLAN_ANY_DEVICES;
+    bt_plan free_plan;
+    bt_err ef = {{0}};
+    const int rf = bt_plan_search(&q.p, &free_plan, NULL, &ef);
+    q.p.required_devices = 1u << need;
+    bt_plan a, b;
+    bt_err ea = {{0}}, eb = {{0}};
+    int rb = bt_plan_brute_force(&q.p, &b, &eb);
+    int ra = bt_plan_search(&q.p, &a, NULL, &ea);
+    cr_assert_eq(ra, rb, "L=%d D=%d: search %d (%s) vs brute %d (%s)", L, D, ra, ea.msg, rb,
+                 eb.msg);
+    if (ra < 0)
+      continue;
+    trials++;
+    cr_assert(fabs(a.iter_time - b.iter_time) <= 1e-9 * b.iter_time,
+              "L=%d D=%d: search %.12g vs brute force %.12g", L, D, a.iter_time, b.iter_time);
+    check_plan(&q, &a);
+    int uses_it = 0;
+    for (int s = 0; s < a.n_stages; s++)
+      uses_it |= a.device[s] == need;
+    cr_assert(uses_it, "L=%d D=%d: the plan leaves required device %d out", L, D, need);
+    if (rf == 0) {
+      cr_assert_geq(a.iter_time, free_plan.iter_time * (1 - 1e-12));
+      int free_uses = 0;
+      for (int s = 0; s < free_plan.n_stages; s++)
+        free_uses |= free_plan.device[s] == need;
+      left_out += !free_uses;
+    }
+  }
+  cr_assert_gt(trials, 30);
+  cr_assert_gt(left_out, 0, "no problem where the free search drops the required device");
+  prob q;
+  make_random(&q, 4, 3, BT_SCHED_GPIPE, 2, 0);
+  q.p.required_devices = 1u << 3;
+  bt_plan pl;
+  bt_err err = {{0}};
+  cr_assert_lt(bt_plan_search(&q.p, &pl, NULL, &err), 0);
+  cr_assert(strstr(err.msg, "required_devices"), "%s", err.msg);
+}
+
 /* Problems too large for brute force: the scalar and the Pareto bounds,
  * each run to the end, prove the same optimum; a search stopped by its node
  * budget reports a valid lower bound; a budget too small for any complete

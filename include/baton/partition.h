@@ -78,9 +78,13 @@ typedef struct bt_plan_problem {
   int micro;                     /* micro-batches per iteration, >= 1 */
   double mem_scale;              /* factor on every capacity; 0 means 1 */
   bt_plan_device_use device_use; /* default: any */
-  long max_nodes;                /* branch-and-bound node budget; 0 = BT_PLAN_DEFAULT_NODES,
-                                    < 0 = unlimited (always exact) */
-  bt_plan_bounds bounds;         /* default: auto */
+  /* Devices every plan must use (bit d = device d; 0 = none): with
+   * BT_PLAN_ANY_DEVICES, the subsets that leave one out are not searched
+   * (baton train keeps its coordinating rank in the pipeline). */
+  unsigned required_devices;
+  long max_nodes;        /* branch-and-bound node budget; 0 = BT_PLAN_DEFAULT_NODES,
+                            < 0 = unlimited (always exact) */
+  bt_plan_bounds bounds; /* default: auto */
   /* Only for bt_plan_flops: */
   const double *layer_flops; /* [L] */
   const double *device_peak; /* [D] FLOP/s */
