@@ -124,7 +124,7 @@ static const char *const progress_modes[] = {"auto", "always", "never", NULL};
 static const char *const schedules[] = {"gpipe", "1f1b", NULL};
 static const char *const partitions[] = {"predicted", "even",   "params",   "flops",
                                          "profiled",  "oracle", "explicit", NULL};
-static const char *const device_orders[] = {"plan", "experiment", NULL};
+static const char *const device_orders[] = {"plan", "subset", "experiment", NULL};
 static const char *const clocks[] = {"virtual", "wall", "none", NULL};
 
 /* Every key, in the order help and dumps show them. */
@@ -182,7 +182,9 @@ static const key keys[] = {
              "With partition explicit: first layer (1-based) of stages 2..N, increasing."),
     ROW_ENUM("device_order", device_order, "plan", device_orders,
              "With a planned partition: plan (the partitioner orders the devices, each runs "
-             "one stage) or experiment (stages follow the order of devices)."),
+             "one stage), subset (it also picks which devices run: the others wait idle, and "
+             "a re-plan may bring them in; the first device, the run's lead, always runs a "
+             "stage) or experiment (stages follow the order of devices)."),
     ROW_LIST("throttle", throttle, n_throttle, "",
              "Per-rank slowdowns on top of the device profiles: \"RANK:ITERATION:FACTOR\" "
              "(every op class FACTOR times slower from ITERATION on), e.g. [2:20:2]."),

@@ -241,6 +241,47 @@ else
   echo "FAIL first-stage-moves: stage 0 on '$first'"; cat "$tmp/out"
   paste <(losses "$tmp/r0-static.h5") <(losses "$tmp/r0.h5"); fails=$((fails + 1))
 fi
+# device_order: subset. The plan may leave devices idle (their ranks wait
+# outside the pipeline) and a re-plan may bring them in or idle others; the
+# losses stay those of the static run. (a) The Orin Nano and rpi4 start
+# alone (Xavier NX and rpi3bplus idle); the Orin Nano slows down 50x and the
+# re-plan brings the idle two in. (b) Orin Nano, rpi5 and rpi4 start
+# (rpi3bplus idle); the re-plan leaves the slowed Orin Nano idle.
+for mix in in:rpi4,jetson-orin-nano,jetson-xavier-nx,rpi3bplus out:rpi4,jetson-orin-nano,rpi3bplus,rpi5; do
+  name=${mix%%:*}
+  sub=("${ro[@]}" --set devices="${mix#*:}" --set device_order=subset --set throttle=1:4:50)
+  mpi 4 "$baton" train "${syn[@]}" "${sub[@]}" --set replan.every=0 --set output="$tmp/sub-$name-static.h5"
+  expect_ok $? "subset-$name-reference" "; idle: "
+  mpi 4 "$baton" train "${syn[@]}" "${sub[@]}" --set replan.every=2 --set output="$tmp/sub-$name.h5"
+  expect_ok $? "subset-$name-replans" "re-plan after iteration 4"
+  start=$(sed -n 's/^plan: partition oracle, stages on \[\([^]]*\)\].*/\1/p' "$tmp/out")
+  after=$(sed -n 's/^re-plan after iteration 4: .*, stages on \[\([^]]*\)\].*/\1/p' "$tmp/out")
+  idle_before=$(echo "$start" | sed -n 's/.*; idle: //p' | tr -cd , | wc -c)
+  idle_after=$(echo "$after" | sed -n 's/.*; idle: //p' | tr -cd , | wc -c)
+  [[ "$start" == *"; idle: "* ]] && idle_before=$((idle_before + 1)) || idle_before=0
+  [[ "$after" == *"; idle: "* ]] && idle_after=$((idle_after + 1)) || idle_after=0
+  if { [ $name = in ] && [ $idle_after -lt $idle_before ]; } ||
+    { [ $name = out ] && [ $idle_after -gt $idle_before ] && [[ "${after#*; idle: }" == *jetson-orin-nano* ]]; }; then
+    echo "ok   subset-$name-moves: [$start] -> [$after]"
+  else
+    echo "FAIL subset-$name-moves: [$start] -> [$after]"; cat "$tmp/out"; fails=$((fails + 1))
+  fi
+  if [ "$(losses "$tmp/sub-$name-static.h5" | wc -l)" -eq 10 ] &&
+    [ "$(losses "$tmp/sub-$name-static.h5")" = "$(losses "$tmp/sub-$name.h5")" ]; then
+    echo "ok   subset-$name-same-losses: 10 iterations"
+  else
+    echo "FAIL subset-$name-same-losses:"
+    paste <(losses "$tmp/sub-$name-static.h5") <(losses "$tmp/sub-$name.h5"); fails=$((fails + 1))
+  fi
+done
+"$baton" report "$tmp/sub-in.h5" >"$tmp/out" 2>"$tmp/err"
+plan0=$(grep -o "^plan 0 .*" "$tmp/out" | grep -o "stage [0-9]* =" | wc -l)
+plan1=$(grep -o "^plan 1 from iteration 4.*" "$tmp/out" | grep -o "stage [0-9]* =" | wc -l)
+if [ "$plan0" -lt 4 ] && [ "$plan1" -gt "$plan0" ]; then
+  echo "ok   subset-logged: $plan0 then $plan1 stages"
+else
+  echo "FAIL subset-logged: $plan0 then $plan1 stages"; cat "$tmp/out"; fails=$((fails + 1))
+fi
 mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set throttle=5:1:2
 expect_fail $? bad-throttle "throttle entry '5:1:2'"
 

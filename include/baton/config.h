@@ -117,8 +117,9 @@ typedef struct bt_config {
   int n_cuts;
   /* device_order: with a planned partition, "plan" lets the partitioner
    * order the devices (stage s runs on the device it picks; every device
-   * runs one stage), "experiment" keeps the order of `devices`. Default
-   * "plan". */
+   * runs one stage), "subset" also lets it leave devices idle (the first
+   * device, the run's lead, always runs a stage; a re-plan may bring idle
+   * ones in), "experiment" keeps the order of `devices`. Default "plan". */
   char device_order[BT_CONFIG_ENUM_MAX];
   /* throttle: per-rank slowdowns added to the device profiles,
    * "RANK:ITERATION:FACTOR" (every op class of device RANK (its index in

@@ -29,14 +29,20 @@ static void plan_usage(FILE *f) {
       "                      the others in the best order\n"
       "  --devices all       every device runs one stage, in the best order (what baton\n"
       "                      train runs with device_order: plan, the default)\n"
+      "  --devices subset    any subset that keeps the first device, in the best order\n"
+      "                      (what baton train runs with device_order: subset)\n"
       "  --devices any       any subset of the devices, in the best order\n"
       "  --iteration N       plan for the device speeds at iteration N (throttling, from\n"
       "                      the profiles and `throttle:`), and show what the plan of\n"
       "                      iteration 0 costs then\n");
 }
 
-static int parse_use(const char *v, bt_plan_device_use *use) {
-  if (strcmp(v, "in-order") == 0)
+/* *keep_first: the plan must use device 0 (baton train's lead). */
+static int parse_use(const char *v, bt_plan_device_use *use, int *keep_first) {
+  *keep_first = 0;
+  if (strcmp(v, "subset") == 0)
+    *use = BT_PLAN_ANY_DEVICES, *keep_first = 1;
+  else if (strcmp(v, "in-order") == 0)
     *use = BT_PLAN_DEVICES_IN_ORDER;
   else if (strcmp(v, "all") == 0)
     *use = BT_PLAN_ALL_DEVICES;
@@ -128,6 +134,7 @@ static int compare_all(cli_planner *pl, bt_plan_device_use use, bt_err *err) {
 int bt_cmd_plan(int argc, char **argv) {
   bt_plan_device_use use = BT_PLAN_DEVICES_IN_ORDER;
   int use_given = 0; /* else what baton train would do (device_order) */
+  int keep_first = 0;
   long at_iteration = 0;
   char **rest = calloc((size_t)argc + 1, sizeof *rest);
   int n_rest = 0;
@@ -151,9 +158,9 @@ int bt_cmd_plan(int argc, char **argv) {
     }
     if (strcmp(argv[i], "--devices") == 0) {
       use_given = 1;
-      if (i + 1 >= argc || parse_use(argv[i + 1], &use) < 0) {
+      if (i + 1 >= argc || parse_use(argv[i + 1], &use, &keep_first) < 0) {
         free(rest);
-        return bt_cli_fail("plan", "--devices takes in-order, first, all or any") + 1;
+        return bt_cli_fail("plan", "--devices takes in-order, first, all, subset or any") + 1;
       }
       i++;
       continue;
@@ -173,7 +180,10 @@ int bt_cmd_plan(int argc, char **argv) {
   if (bt_cli_load_config(&cfg, "plan", n_rest, rest, &print_only, &err) < 0)
     goto fail;
   if (!use_given)
-    use = strcmp(cfg.device_order, "plan") == 0 ? BT_PLAN_ALL_DEVICES : BT_PLAN_DEVICES_IN_ORDER;
+    parse_use(strcmp(cfg.device_order, "plan") == 0     ? "all"
+              : strcmp(cfg.device_order, "subset") == 0 ? "subset"
+                                                        : "in-order",
+              &use, &keep_first);
   if (bt_gemm_configure(cfg.blis_arch, cfg.threads) < 0) {
     bt_err_set(&err, "blis_arch '%s' is not known", cfg.blis_arch);
     goto fail;
@@ -198,6 +208,7 @@ int bt_cmd_plan(int argc, char **argv) {
   bt_calib_host(bt_gemm_arch(), bt_gemm_threads(), BT_COMPUTE_HASH, host, sizeof host);
   if (cli_planner_init(&pl, &cfg, &model, store[0] ? store : NULL, host, &err) < 0)
     goto fail;
+  pl.required_devices = keep_first ? 1u : 0u;
   printf("baton plan: %s (%d layers) on %d devices, %s, %d micro-batches of %d, memory scale %g\n",
          model.name, model.n_layers, cfg.n_devices, cfg.schedule, cfg.micro_batches, pl.micro_batch,
          cfg.memory_scale);
@@ -214,16 +225,14 @@ int bt_cmd_plan(int argc, char **argv) {
       goto fail;
     cli_planner_truth_at(&pl, at_iteration);
     bt_plan again = first;
-    if (use == BT_PLAN_DEVICES_IN_ORDER || use == BT_PLAN_ALL_FIRST_FIXED ||
-        use == BT_PLAN_ALL_DEVICES) {
-      if (cli_planner_evaluate_order(&pl, 0, first.device, first.first, &again, &err) < 0)
-        goto fail;
-      char cuts[128];
-      format_cuts(&first, cuts, sizeof cuts);
-      printf("the plan of iteration 0 (cuts %s): true %.4f s/iteration then, %.4f s at "
-             "iteration %ld\n",
-             cuts, first_info.true_time, again.iter_time, at_iteration);
-    }
+    if (cli_planner_evaluate_order(&pl, 0, first.n_stages, first.device, first.first, &again,
+                                   &err) < 0)
+      goto fail;
+    char cuts[128];
+    format_cuts(&first, cuts, sizeof cuts);
+    printf("the plan of iteration 0 (cuts %s): true %.4f s/iteration then, %.4f s at "
+           "iteration %ld\n",
+           cuts, first_info.true_time, again.iter_time, at_iteration);
   }
   if (cli_planner_plan(&pl, cfg.partition, use, &plan, &info, &err) < 0)
     goto fail;

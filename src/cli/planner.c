@@ -83,7 +83,7 @@ void cli_planner_free(cli_planner *pl) {
   free(pl->codec_act), free(pl->codec_grad), free(pl->true_codec_act), free(pl->true_codec_grad);
   free(pl->view_fwd), free(pl->view_bwd), free(pl->ratio_fwd), free(pl->ratio_bwd);
   free(pl->act_bytes), free(pl->state_bytes), free(pl->stash_bytes), free(pl->flops);
-  free(pl->bandwidth), free(pl->latency);
+  free(pl->bandwidth), free(pl->latency), free(pl->sub_bandwidth), free(pl->sub_latency);
   bt_predictor_free(pl->predictor);
   memset(pl, 0, sizeof *pl);
 }
@@ -140,9 +140,11 @@ static int alloc_all(cli_planner *pl) {
   pl->flops = calloc(L, sizeof(double));
   pl->bandwidth = calloc(DD, sizeof(double));
   pl->latency = calloc(DD, sizeof(double));
+  pl->sub_bandwidth = calloc(DD, sizeof(double));
+  pl->sub_latency = calloc(DD, sizeof(double));
   return ok && pl->param_prefix && pl->host_fwd && pl->host_bwd && pl->true_fwd && pl->true_bwd &&
                  pl->act_bytes && pl->state_bytes && pl->stash_bytes && pl->flops &&
-                 pl->bandwidth && pl->latency
+                 pl->bandwidth && pl->latency && pl->sub_bandwidth && pl->sub_latency
              ? 0
              : -1;
 }
@@ -596,11 +598,24 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
 /* ---- partitioners ---- */
 
 /* The planning problem over the given compute times; `truth` picks the side
- * costs at the truth's iteration, else the profiles' at iteration 0. */
-static bt_plan_problem problem(const cli_planner *pl, const double *fwd, const double *bwd,
-                               int truth, bt_plan_device_use use, bt_err *err, int *ok) {
+ * costs at the truth's iteration, else the profiles' at iteration 0. With
+ * pl->plan_devices = n > 0 only devices 0..n-1 take part (the device-major
+ * tables' first rows; the pair tables are packed into n x n). */
+static bt_plan_problem problem(cli_planner *pl, const double *fwd, const double *bwd, int truth,
+                               bt_plan_device_use use, bt_err *err, int *ok) {
+  const int D = pl->n_devices;
+  const int n = pl->plan_devices > 0 && pl->plan_devices < D ? pl->plan_devices : D;
+  const double *bw = pl->bandwidth, *lat = pl->latency;
+  if (n < D) {
+    for (int a = 0; a < n; a++)
+      for (int b = 0; b < n; b++) {
+        pl->sub_bandwidth[a * n + b] = pl->bandwidth[a * D + b];
+        pl->sub_latency[a * n + b] = pl->latency[a * D + b];
+      }
+    bw = pl->sub_bandwidth, lat = pl->sub_latency;
+  }
   bt_plan_problem p = {.n_layers = pl->n_layers,
-                       .n_devices = pl->n_devices,
+                       .n_devices = n,
                        .fwd = fwd,
                        .bwd = bwd,
                        .optim_stage = optim_stage,
@@ -611,12 +626,13 @@ static bt_plan_problem problem(const cli_planner *pl, const double *fwd, const d
                        .state_bytes = pl->state_bytes,
                        .stash_bytes = pl->stash_bytes,
                        .mem_cap = pl->mem_cap,
-                       .bandwidth = pl->bandwidth,
-                       .latency = pl->latency,
+                       .bandwidth = bw,
+                       .latency = lat,
                        .codec_ratio = pl->codec_ratio,
                        .micro = pl->cfg->micro_batches,
                        .mem_scale = pl->cfg->memory_scale,
                        .device_use = use,
+                       .required_devices = pl->required_devices & ((1u << n) - 1),
                        .layer_flops = pl->flops,
                        .device_peak = pl->peak};
   *ok = bt_schedule_parse_kind(pl->cfg->schedule, &p.kind, err) == 0;
@@ -657,25 +673,40 @@ int cli_config_cuts(const bt_config *c, int n_layers, int stages, int *cuts, bt_
   return 0;
 }
 
-int cli_planner_evaluate_order(cli_planner *pl, int predicted, const int *device, const int *cuts,
-                               bt_plan *out, bt_err *err) {
+/* Plans are evaluated over every device (a stage may sit on any). */
+static bt_plan_problem eval_problem(cli_planner *pl, const double *fwd, const double *bwd,
+                                    int truth, bt_err *err, int *ok) {
+  const int keep = pl->plan_devices;
+  pl->plan_devices = 0;
+  bt_plan_problem p = problem(pl, fwd, bwd, truth, BT_PLAN_ANY_DEVICES, err, ok);
+  pl->plan_devices = keep;
+  p.required_devices = 0;
+  return p;
+}
+
+static int evaluate_stages(const bt_plan_problem *p, int n_stages, const int *device,
+                           const int *cuts, bt_plan *out, bt_err *err) {
+  if (n_stages < 1 || n_stages > p->n_devices)
+    return bt_err_set(err, "a plan of %d stages on %d devices", n_stages, p->n_devices);
+  memset(out, 0, sizeof *out);
+  out->n_stages = n_stages;
+  for (int s = 0; s < n_stages; s++)
+    out->device[s] = device ? device[s] : s;
+  memcpy(out->first, cuts, sizeof(int) * (size_t)(n_stages + 1));
+  return bt_plan_evaluate(p, out, err);
+}
+
+int cli_planner_evaluate_order(cli_planner *pl, int predicted, int n_stages, const int *device,
+                               const int *cuts, bt_plan *out, bt_err *err) {
   if (predicted && cli_planner_predict(pl, err) < 0)
     return -1;
   int ok;
-  bt_plan_problem p =
-      problem(pl, predicted ? pl->view_fwd : pl->true_fwd, predicted ? pl->view_bwd : pl->true_bwd,
-              !predicted, BT_PLAN_ANY_DEVICES, err, &ok);
-  if (!ok)
-    return -1;
-  memset(out, 0, sizeof *out);
-  out->n_stages = pl->n_devices;
-  for (int s = 0; s < pl->n_devices; s++)
-    out->device[s] = device ? device[s] : s;
-  memcpy(out->first, cuts, sizeof(int) * (size_t)(pl->n_devices + 1));
-  return bt_plan_evaluate(&p, out, err);
+  bt_plan_problem p = eval_problem(pl, predicted ? pl->view_fwd : pl->true_fwd,
+                                   predicted ? pl->view_bwd : pl->true_bwd, !predicted, err, &ok);
+  return ok ? evaluate_stages(&p, n_stages, device, cuts, out, err) : -1;
 }
 
-int cli_planner_evaluate_cautious(cli_planner *pl, const int *device, const int *cuts,
+int cli_planner_evaluate_cautious(cli_planner *pl, int n_stages, const int *device, const int *cuts,
                                   double margin, bt_plan *out, bt_err *err) {
   if (cli_planner_predict(pl, err) < 0)
     return -1;
@@ -690,23 +721,15 @@ int cli_planner_evaluate_cautious(cli_planner *pl, const int *device, const int 
     b[i] = pl->view_bwd[i] * (isfinite(pl->ratio_bwd[i]) ? 1 : 1 + margin);
   }
   int ok;
-  bt_plan_problem p = problem(pl, f, b, 0, BT_PLAN_ANY_DEVICES, err, &ok);
-  int rc = -1;
-  if (ok) {
-    memset(out, 0, sizeof *out);
-    out->n_stages = pl->n_devices;
-    for (int s = 0; s < pl->n_devices; s++)
-      out->device[s] = device ? device[s] : s;
-    memcpy(out->first, cuts, sizeof(int) * (size_t)(pl->n_devices + 1));
-    rc = bt_plan_evaluate(&p, out, err);
-  }
+  bt_plan_problem p = eval_problem(pl, f, b, 0, err, &ok);
+  int rc = ok ? evaluate_stages(&p, n_stages, device, cuts, out, err) : -1;
   free(f), free(b);
   return rc;
 }
 
-int cli_planner_evaluate(cli_planner *pl, int predicted, const int *cuts, bt_plan *out,
-                         bt_err *err) {
-  return cli_planner_evaluate_order(pl, predicted, NULL, cuts, out, err);
+int cli_planner_evaluate(cli_planner *pl, int predicted, int n_stages, const int *cuts,
+                         bt_plan *out, bt_err *err) {
+  return cli_planner_evaluate_order(pl, predicted, n_stages, NULL, cuts, out, err);
 }
 
 /* The slowest device's profiling time when every layer is timed on every
@@ -731,7 +754,7 @@ int cli_planner_plan(cli_planner *pl, const char *partitioner, bt_plan_device_us
   bt_plan_problem truth = problem(pl, pl->true_fwd, pl->true_bwd, 1, use, err, &ok);
   if (!ok)
     return -1;
-  const int S = pl->n_devices;
+  const int S = truth.n_devices;
   /* The predictor is fitted (once) before the clock starts: search ms is the
    * search alone, predict_seconds the fit and the predictions. */
   if (strcmp(partitioner, "predicted") == 0 && cli_planner_predict(pl, err) < 0)

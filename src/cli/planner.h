@@ -44,7 +44,13 @@ typedef struct cli_planner {
   bt_codec_spec act_codec, grad_codec;
   double *act_bytes, *state_bytes, *stash_bytes, *flops; /* [L] */
   double mem_cap[BT_PLAN_MAX_DEVICES], peak[BT_PLAN_MAX_DEVICES];
-  double *bandwidth, *latency; /* [D*D] bytes/s, s */
+  double *bandwidth, *latency;         /* [D*D] bytes/s, s */
+  double *sub_bandwidth, *sub_latency; /* scratch: the pair tables of plan_devices < D */
+  /* What the partitioners may use: devices 0..plan_devices-1 (0 = all), and
+   * the devices every searched plan must include (bit d = device d; baton
+   * train keeps its lead's stage when it may leave devices idle). */
+  int plan_devices;
+  unsigned required_devices;
   double codec_ratio;
   int calib_stored, calib_measured;
   double calib_seconds;           /* host seconds spent calibrating (0 when all stored) */
@@ -126,20 +132,20 @@ void cli_planner_set_truth(cli_planner *pl, const double *measured);
 /* Recomputes the true times for `iteration` (throttling schedules). */
 void cli_planner_truth_at(cli_planner *pl, long iteration);
 
-/* The plan with these cuts (devices in order), evaluated under the
- * predictor's view (predicted != 0) or the true times. */
-int cli_planner_evaluate(cli_planner *pl, int predicted, const int *cuts, bt_plan *out,
-                         bt_err *err);
+/* The plan of n_stages stages with these cuts (stage s on device s),
+ * evaluated under the predictor's view (predicted != 0) or the true times. */
+int cli_planner_evaluate(cli_planner *pl, int predicted, int n_stages, const int *cuts,
+                         bt_plan *out, bt_err *err);
 
 /* The same with the devices of the stages given (device[s] for stage s). */
-int cli_planner_evaluate_order(cli_planner *pl, int predicted, const int *device, const int *cuts,
-                               bt_plan *out, bt_err *err);
+int cli_planner_evaluate_order(cli_planner *pl, int predicted, int n_stages, const int *device,
+                               const int *cuts, bt_plan *out, bt_err *err);
 
 /* The plan with these cuts and stage devices (device NULL: in order) under
  * the predictor's view with every (device, layer) pair that has not run yet
  * taken `margin` (0.3 = 30%) slower: what a re-plan can count on when part
  * of it rests on the model alone. */
-int cli_planner_evaluate_cautious(cli_planner *pl, const int *device, const int *cuts,
+int cli_planner_evaluate_cautious(cli_planner *pl, int n_stages, const int *device, const int *cuts,
                                   double margin, bt_plan *out, bt_err *err);
 
 /* The partitioners `partition:` accepts (NULL-terminated). */

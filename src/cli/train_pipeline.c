@@ -1,5 +1,6 @@
 /* baton train, pipeline mode: one stage per MPI rank, each rank emulating
- * the device the experiment names for it.
+ * the device the experiment names for it (with device_order: subset some
+ * ranks may wait idle, outside the pipeline, until a re-plan brings them in).
  *
  * Every rank parses the same experiment file; the first and the last stage
  * load the data (inputs go in at the first, labels are needed at the last);
@@ -66,8 +67,13 @@ static int agree(MPI_Comm comm, int ok) {
 
 typedef struct run {
   bt_config *cfg;
-  MPI_Comm comm;
-  int rank, size;
+  /* comm: every process, ranked by position: positions 0..stages-1 run the
+   * stages in order, the others (device_order: subset) wait idle. pcomm:
+   * the pipeline's communicator of the stages (rank = stage; comm itself
+   * when no rank is idle, MPI_COMM_NULL on an idle rank). */
+  MPI_Comm comm, pcomm;
+  int rank, size, stages;
+  int own_pcomm;
   bt_model model;
   bt_dataset train, test;
   device_ctx dev;
@@ -112,8 +118,16 @@ static int planned(const bt_config *c) {
 /* Whether the partitioner may order the devices (then any rank may become
  * the first or last stage, at the start and on every re-plan). */
 static int reordering(const bt_config *c) {
-  return planned(c) && strcmp(c->device_order, "plan") == 0;
+  return planned(c) && strcmp(c->device_order, "experiment") != 0;
 }
+
+/* Whether the partitioner may leave devices idle (device_order: subset). */
+static int subsetting(const bt_config *c) {
+  return planned(c) && strcmp(c->device_order, "subset") == 0;
+}
+
+/* Whether this process runs a stage now. */
+static int active(const run *r) { return r->rank < r->stages; }
 
 static int setup_data_and_model(run *r, bt_err *err) {
   const bt_config *c = r->cfg;
@@ -133,9 +147,11 @@ static int setup_data_and_model(run *r, bt_err *err) {
                         &r->model, err) == 0;
   if (agree(r->comm, ok) < 0)
     return -1;
-  if (r->model.n_layers < r->size)
-    ok = bt_err_set(err, "model '%s' has %d layers, fewer than the %d devices", r->model.name,
-                    r->model.n_layers, r->size) == 0;
+  if (r->model.n_layers < r->size && !subsetting(c))
+    ok = bt_err_set(err,
+                    "model '%s' has %d layers, fewer than the %d devices; use fewer devices or "
+                    "device_order: subset",
+                    r->model.name, r->model.n_layers, r->size) == 0;
   if (!planned(c))
     ok = ok && cli_config_cuts(c, r->model.n_layers, r->size, r->cuts, err) == 0;
   return agree(r->comm, ok);
@@ -276,31 +292,47 @@ static void give_probes(const run *r, cli_planner *pl) {
   pl->raw_heads = strcmp(r->cfg->clock, "none") == 0;
 }
 
-/* Puts the ranks in stage order: a communicator in which rank s runs stage
- * s on device stage_device[s]. World rank 0 stays the lead and keeps its
- * planner (for re-planning), indexed by stage from then on. */
+/* (Re-)creates pcomm: the stages' communicator, positions 0..stages-1 of
+ * comm in order (comm itself when every process runs a stage). */
+static int split_pipeline(run *r, bt_err *err) {
+  if (r->own_pcomm)
+    MPI_Comm_free(&r->pcomm);
+  r->own_pcomm = 0;
+  r->pcomm = r->comm;
+  if (r->stages == r->size)
+    return 0;
+  if (MPI_Comm_split(r->comm, active(r) ? 0 : MPI_UNDEFINED, r->rank, &r->pcomm) != MPI_SUCCESS)
+    return bt_err_set(err, "rank %d: MPI_Comm_split (the stages) failed", r->world_rank);
+  r->own_pcomm = active(r);
+  return 0;
+}
+
+/* Puts the ranks in stage order: a communicator in which position s runs
+ * stage s on device stage_device[s] (positions from `stages` on are idle).
+ * World rank 0 stays the lead and keeps its planner (for re-planning),
+ * indexed by position from then on. */
 static int reorder_ranks(run *r, bt_err *err) {
-  int stage = -1, identity = 1;
+  int position = -1, identity = 1;
   for (int s = 0; s < r->size; s++) {
     if (r->stage_device[s] == r->world_rank)
-      stage = s;
+      position = s;
     identity = identity && r->stage_device[s] == s;
   }
-  if (stage < 0)
-    return bt_err_set(err, "rank %d: runs no stage of the plan", r->world_rank);
+  if (position < 0)
+    return bt_err_set(err, "rank %d: has no place in the plan", r->world_rank);
   for (int s = 0; s < r->size; s++)
     if (r->stage_device[s] == 0) /* device index = world rank */
       r->lead = s;
   if (!identity) {
     MPI_Comm stages;
-    if (MPI_Comm_split(r->comm, 0, stage, &stages) != MPI_SUCCESS)
+    if (MPI_Comm_split(r->comm, 0, position, &stages) != MPI_SUCCESS)
       return bt_err_set(err, "rank %d: MPI_Comm_split (stage order) failed", r->world_rank);
     r->comm = stages;
     r->own_comm = 1;
     MPI_Comm_rank(r->comm, &r->rank);
   }
-  int ok = 1;
-  if (r->rank == r->lead && r->planner)
+  int ok = split_pipeline(r, err) == 0;
+  if (ok && r->rank == r->lead && r->planner)
     ok = cli_planner_permute(r->planner, r->stage_device, err) == 0;
   return agree(r->comm, ok);
 }
@@ -314,10 +346,33 @@ static void format_cuts(const int *cuts, int n, char *buf, size_t len) {
     snprintf(buf + used, len - used, "]");
 }
 
+/* order[0..S-1] = the stages' devices (or positions) of a plan, then the
+ * ones it leaves idle in increasing order: a permutation of 0..n-1. */
+static void complete_order(const int *stage_of, int S, int n, int *order) {
+  int used[BT_CONFIG_DEVICES_MAX] = {0};
+  for (int s = 0; s < S; s++)
+    order[s] = stage_of[s], used[stage_of[s]] = 1;
+  for (int k = 0, at = S; k < n; k++)
+    if (!used[k])
+      order[at++] = k;
+}
+
+/* "a, b, c" of the devices at positions order[from..to) (stage_device). */
+static void format_devices(const run *r, const int *order, int from, int to, char *buf,
+                           size_t len) {
+  size_t used = 0;
+  buf[0] = 0;
+  for (int k = from; k < to && used < len; k++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%s", k > from ? ", " : "",
+                             r->cfg->devices[r->stage_device[order[k]]]);
+}
+
 /* Rank 0 plans (planner.h: calibrates the model through the store, asks the
- * partitioner) while the others sleep; every rank gets the cuts. The runtime
- * runs one stage per rank, so the plan uses every device in the
- * experiment's order. */
+ * partitioner) while the others sleep; every rank gets the cuts. The plan
+ * uses every device (device_order: experiment keeps their order, plan
+ * orders them), or with device_order: subset any of them that includes
+ * device 0 (world rank 0 keeps the run file and the planner: it runs a
+ * stage), the others idle. */
 static int setup_plan(run *r, bt_err *err) {
   const bt_config *c = r->cfg;
   r->plan_iter = r->plan_true = NAN;
@@ -335,7 +390,7 @@ static int setup_plan(run *r, bt_err *err) {
     return -1;
   if (gather_probes(r, err) < 0)
     return -1;
-  int ok = 1;
+  int ok = 1, n_stages = r->size;
   double figures[3 + BT_CONFIG_DEVICES_MAX];
   int cuts[BT_CONFIG_DEVICES_MAX + 1], order[BT_CONFIG_DEVICES_MAX];
   if (r->rank == r->lead) {
@@ -356,24 +411,31 @@ static int setup_plan(run *r, bt_err *err) {
       give_probes(r, pl);
     if (ok && profiles)
       cli_planner_set_truth(pl, profiles);
-    ok = ok && cli_planner_plan(pl, c->partition,
-                                reordering(c) ? BT_PLAN_ALL_DEVICES : BT_PLAN_DEVICES_IN_ORDER,
-                                &plan, &info, err) == 0;
+    const bt_plan_device_use use = subsetting(c)   ? BT_PLAN_ANY_DEVICES
+                                   : reordering(c) ? BT_PLAN_ALL_DEVICES
+                                                   : BT_PLAN_DEVICES_IN_ORDER;
+    if (ok)
+      pl->required_devices = 1u; /* device 0: this process */
+    ok = ok && cli_planner_plan(pl, c->partition, use, &plan, &info, err) == 0;
     if (ok) {
-      memcpy(cuts, plan.first, sizeof(int) * (size_t)(r->size + 1));
-      memcpy(order, plan.device, sizeof(int) * (size_t)r->size);
+      n_stages = plan.n_stages;
+      memcpy(cuts, plan.first, sizeof(int) * (size_t)(n_stages + 1));
+      complete_order(plan.device, n_stages, r->size, order);
       figures[0] = plan.iter_time;
       figures[2 + r->size] = info.profiling_s;
       figures[1] = info.true_time;
-      for (int s = 0; s < r->size; s++)
+      for (int s = 0; s < n_stages; s++)
         figures[2 + s] = plan.fwd[s] + plan.bwd[s];
       char list[256];
-      format_cuts(cuts, r->size, list, sizeof list);
+      format_cuts(cuts, n_stages, list, sizeof list);
       char devs[1024];
       size_t used = 0;
       devs[0] = 0;
       for (int k = 0; k < r->size && used < sizeof devs; k++)
-        used += (size_t)snprintf(devs + used, sizeof devs - used, "%s%s", k ? ", " : "",
+        used += (size_t)snprintf(devs + used, sizeof devs - used, "%s%s",
+                                 k == 0          ? ""
+                                 : k == n_stages ? "; idle: "
+                                                 : ", ",
                                  c->devices[order[k]]);
       char truth[96] = ""; /* real hardware has no emulated true times */
       if (strcmp(c->clock, "none") != 0)
@@ -395,28 +457,33 @@ static int setup_plan(run *r, bt_err *err) {
     free(profiles);
     return -1;
   }
-  MPI_Bcast(cuts, r->size + 1, MPI_INT, r->lead, r->comm);
+  MPI_Bcast(&n_stages, 1, MPI_INT, r->lead, r->comm);
+  MPI_Bcast(cuts, n_stages + 1, MPI_INT, r->lead, r->comm);
   MPI_Bcast(order, r->size, MPI_INT, r->lead, r->comm);
   MPI_Bcast(figures, 3 + r->size, MPI_DOUBLE, r->lead, r->comm);
-  memcpy(r->cuts, cuts, sizeof(int) * (size_t)(r->size + 1));
+  r->stages = n_stages;
+  memcpy(r->cuts, cuts, sizeof(int) * (size_t)(n_stages + 1));
   memcpy(r->stage_device, order, sizeof(int) * (size_t)r->size);
   r->plan_iter = figures[0];
   r->plan_true = figures[1];
   r->profiling_s = figures[2 + r->size];
-  for (int s = 0; s < r->size; s++)
+  for (int s = 0; s < n_stages; s++)
     r->plan_stage[s] = figures[2 + s];
   free(profiles);
   return reorder_ranks(r, err);
 }
 
-/* Whether stage `stage` under `cuts` fits this rank's device (not agreed). */
-static int stage_fits(const run *r, const int *cuts, int stage, bt_err *err) {
+/* Whether stage `stage` of a plan of S stages with `cuts` fits this rank's
+ * device (not agreed; an idle position, stage >= S, always fits). */
+static int stage_fits(const run *r, int S, const int *cuts, int stage, bt_err *err) {
   const bt_config *c = r->cfg;
+  if (stage >= S)
+    return 1;
   bt_schedule sched;
   bt_schedule_kind kind;
   memset(&sched, 0, sizeof sched);
   int ok = bt_schedule_parse_kind(c->schedule, &kind, err) == 0 &&
-           bt_schedule_build(&sched, kind, r->size, c->micro_batches, err) == 0;
+           bt_schedule_build(&sched, kind, S, c->micro_batches, err) == 0;
   bt_mem_need need;
   const int mb = c->batch_size / c->micro_batches;
   ok = ok && bt_mem_need_stage(&r->model, cuts[stage], cuts[stage + 1], mb, sched.slots[stage],
@@ -445,7 +512,7 @@ static int setup_device(run *r, bt_err *err) {
 /* This rank's stage fits its device (after the plan: the cuts and the
  * stage order are known). */
 static int setup_memory(run *r, bt_err *err) {
-  return agree(r->comm, stage_fits(r, r->cuts, r->rank, err));
+  return agree(r->comm, stage_fits(r, r->stages, r->cuts, r->rank, err));
 }
 
 /* The link from this rank to `peer`: the sending device's default link, the
@@ -455,7 +522,7 @@ static int setup_memory(run *r, bt_err *err) {
  * split, not dynamic contention). */
 static int link_params(const run *r, int peer, bt_link_params *out, bt_err *err) {
   /* links.pairs name devices by their index in `devices` */
-  const int dst = peer >= 0 && peer < r->size ? r->stage_device[peer] : -1;
+  const int dst = peer >= 0 && peer < r->stages ? r->stage_device[peer] : -1;
   return cli_link_params(r->cfg, r->size, &r->dev.dev, r->stage_device[r->rank], dst, out, err);
 }
 
@@ -487,7 +554,7 @@ static int boundary_codecs(const run *r, int b, char *act, char *grad, bt_err *e
   return 0;
 }
 
-static int setup_pipeline(run *r, bt_err *err) {
+static int create_pipeline(run *r, bt_err *err) {
   const bt_config *c = r->cfg;
   bt_pipeline_config pc = {
       .model = &r->model,
@@ -529,7 +596,13 @@ static int setup_pipeline(run *r, bt_err *err) {
       n += r->model.layers[i].n_params;
     r->dev.stage_params = n;
   }
-  return bt_pipeline_create(&r->pipe, r->comm, &pc, err);
+  return bt_pipeline_create(&r->pipe, r->pcomm, &pc, err);
+}
+
+/* The stages create the pipeline (idle ranks have none); all agree. */
+static int setup_pipeline(run *r, bt_err *err) {
+  int ok = !active(r) || create_pipeline(r, err) == 0;
+  return r->stages == r->size ? (ok ? 0 : -1) : agree(r->comm, ok);
 }
 
 static int open_runlog(run *r, bt_err *err) {
@@ -548,10 +621,10 @@ static int open_runlog(run *r, bt_err *err) {
       devs[k] = (bt_runlog_device){k, c->devices[r->stage_device[k]], all[3 * k], all[3 * k + 1],
                                    all[3 * k + 2]};
     int first[BT_CONFIG_DEVICES_MAX], ranks[BT_CONFIG_DEVICES_MAX];
-    for (int k = 0; k < r->size; k++)
+    for (int k = 0; k < r->stages; k++)
       first[k] = r->cuts[k], ranks[k] = k;
     bt_runlog_plan plan = {.iteration = 0,
-                           .n_stages = r->size,
+                           .n_stages = r->stages,
                            .first_layer = first,
                            .device_rank = ranks,
                            .predicted_stage_time = planned(c) ? r->plan_stage : NULL,
@@ -569,8 +642,8 @@ static int open_runlog(run *r, bt_err *err) {
 
 /* Gathers this iteration's events and layer times to the lead and logs them. */
 static int log_iteration(run *r, long step, const bt_pipeline_stats *st, bt_err *err) {
-  size_t n_ev;
-  const bt_event *ev = bt_pipeline_events(r->pipe, &n_ev);
+  size_t n_ev = 0;
+  const bt_event *ev = r->pipe ? bt_pipeline_events(r->pipe, &n_ev) : NULL;
   int mine = (int)(n_ev * sizeof(bt_event));
   int *counts = NULL, *displs = NULL;
   char *all = NULL;
@@ -586,9 +659,10 @@ static int log_iteration(run *r, long step, const bt_pipeline_stats *st, bt_err 
     all = malloc((size_t)total + 1);
   }
   MPI_Gatherv(ev, mine, MPI_BYTE, all, counts, displs, MPI_BYTE, r->lead, r->comm);
-  const double *fwd, *bwd;
-  int first, count;
-  bt_pipeline_layer_times(r->pipe, &fwd, &bwd, &first, &count);
+  const double *fwd = NULL, *bwd = NULL;
+  int first = 0, count = 0;
+  if (r->pipe)
+    bt_pipeline_layer_times(r->pipe, &fwd, &bwd, &first, &count);
   const int L = r->model.n_layers;
   double *lf = r->rank == r->lead ? malloc(sizeof(double) * L) : NULL;
   double *lb = r->rank == r->lead ? malloc(sizeof(double) * L) : NULL;
@@ -596,8 +670,9 @@ static int log_iteration(run *r, long step, const bt_pipeline_stats *st, bt_err 
   if (r->rank == r->lead) {
     lc = malloc(sizeof(int) * r->size);
     ld = malloc(sizeof(int) * r->size);
-    for (int k = 0; k < r->size; k++)
-      lc[k] = r->cuts[k + 1] - r->cuts[k], ld[k] = r->cuts[k];
+    for (int k = 0; k < r->size; k++) /* idle positions send nothing */
+      lc[k] = k < r->stages ? r->cuts[k + 1] - r->cuts[k] : 0,
+      ld[k] = k < r->stages ? r->cuts[k] : 0;
   }
   MPI_Gatherv(fwd, count, MPI_DOUBLE, lf, lc, ld, MPI_DOUBLE, r->lead, r->comm);
   MPI_Gatherv(bwd, count, MPI_DOUBLE, lb, lc, ld, MPI_DOUBLE, r->lead, r->comm);
@@ -633,16 +708,17 @@ static int log_iteration(run *r, long step, const bt_pipeline_stats *st, bt_err 
 }
 
 /* Seconds to move the weights, momentum and state of the layers whose
- * device changes from the current stages (`from` cuts, stage s on planner
- * device s) to `to` cuts with stage s on device[s], each over its link. */
-static double migration_seconds(const cli_planner *pl, const int *from, const int *to,
-                                const int *device, int S, double *bytes_moved) {
+ * device changes from the current stages (S_from stages with `from` cuts,
+ * stage s on planner device s) to S_to stages with `to` cuts, stage s on
+ * device[s], each over its link. */
+static double migration_seconds(const cli_planner *pl, int S_from, const int *from, int S_to,
+                                const int *to, const int *device, double *bytes_moved) {
   double t = 0, moved = 0;
   const int D = pl->n_devices;
   for (int l = 0, a = 0, b = 0; l < pl->n_layers; l++) {
-    while (a + 1 < S && from[a + 1] <= l)
+    while (a + 1 < S_from && from[a + 1] <= l)
       a++;
-    while (b + 1 < S && to[b + 1] <= l)
+    while (b + 1 < S_to && to[b + 1] <= l)
       b++;
     const bt_layer *y = &pl->model->layers[l];
     const double bytes = 4.0 * (2.0 * (double)y->n_params + (double)y->n_state);
@@ -665,7 +741,7 @@ static int log_predictor(run *r, long step, const double *lf, const double *lb, 
   if (!rec)
     return bt_err_set(err, "out of memory for predictor records");
   size_t n = 0;
-  for (int d = 0; d < r->size; d++)
+  for (int d = 0; d < r->stages; d++)
     for (int l = r->cuts[d]; l < r->cuts[d + 1]; l++) {
       rec[n++] = (bt_predictor_record){step, r->log_rank[d], l, 0, pl->pred_fwd[d * L + l], lf[l]};
       rec[n++] = (bt_predictor_record){step, r->log_rank[d], l, 1, pl->pred_bwd[d * L + l], lb[l]};
@@ -675,6 +751,26 @@ static int log_predictor(run *r, long step, const double *lf, const double *lb, 
   return rc;
 }
 
+/* One freedom of a re-plan: the partition module's device use, over the
+ * first `devices` positions (0 = all). */
+typedef struct freedom {
+  bt_plan_device_use use;
+  int devices;
+} freedom;
+
+/* Whether plan p already obeys freedom f (then f's search would give p). */
+static int obeys(const bt_plan *p, freedom f, int n) {
+  const int S = f.devices > 0 ? f.devices : n;
+  if (f.use == BT_PLAN_ALL_FIRST_FIXED)
+    return p->n_stages == n && p->device[0] == 0;
+  if (f.use != BT_PLAN_DEVICES_IN_ORDER || p->n_stages != S)
+    return 0;
+  for (int k = 0; k < S; k++)
+    if (p->device[k] != k)
+      return 0;
+  return 1;
+}
+
 /* Rank 0's re-planning decision after iteration `step`: the predictor
  * learns from the measured layer times (partition predicted) or the true
  * times move to the next iteration (oracle); a new search; re-cut when the
@@ -682,12 +778,15 @@ static int log_predictor(run *r, long step, const double *lf, const double *lb, 
  * replan.threshold with the migration spread over the remaining iterations.
  * With device_order: plan the search may also reorder the stages (the
  * first too: the lead, which keeps the planner and the run file, may run any
- * stage). The new plan runs stage s on the process of current stage order[s]. */
+ * stage); with subset it may also bring idle devices in or leave stages'
+ * devices idle (never the lead's). The new plan runs stage s on the process
+ * of current position order[s] (*n_stages stages; the rest of order are the
+ * idle positions). */
 static int decide_replan(run *r, long step, long remaining, const double *lf, const double *lb,
-                         int *cuts, int *order, double *fig, bt_err *err) {
+                         int *n_stages, int *cuts, int *order, double *fig, bt_err *err) {
   const bt_config *c = r->cfg;
   cli_planner *pl = r->planner;
-  const int S = r->size, predicted = strcmp(c->partition, "predicted") == 0;
+  const int S = r->stages, N = r->size, predicted = strcmp(c->partition, "predicted") == 0;
   if (predicted) {
     if (r->log && log_predictor(r, step, lf, lb, err) < 0)
       return -1;
@@ -703,31 +802,32 @@ static int decide_replan(run *r, long step, long remaining, const double *lf, co
   cli_plan_info info;
   memset(&nxt, 0, sizeof nxt);
   memset(&info, 0, sizeof info);
-  if (cli_planner_evaluate(pl, predicted, r->cuts, &cur, err) < 0)
+  if (cli_planner_evaluate(pl, predicted, S, r->cuts, &cur, err) < 0)
     return -1;
   /* The fastest plan may move much state (a new device order moves whole
    * stages): its migration over the remaining iterations can eat its gain
    * where a plan of fewer freedoms (stage 0 kept, or the order kept: cuts
    * only) still wins. Each freedom's best plan is a candidate; the largest
    * net gain is taken. */
-  static const bt_plan_device_use reorder_uses[] = {BT_PLAN_ALL_DEVICES, BT_PLAN_ALL_FIRST_FIXED,
-                                                    BT_PLAN_DEVICES_IN_ORDER};
-  static const bt_plan_device_use fixed_uses[] = {BT_PLAN_DEVICES_IN_ORDER};
-  const bt_plan_device_use *uses = reordering(c) ? reorder_uses : fixed_uses;
-  const int n_uses = reordering(c) ? 3 : 1;
+  static const freedom reorder_f[] = {
+      {BT_PLAN_ALL_DEVICES, 0}, {BT_PLAN_ALL_FIRST_FIXED, 0}, {BT_PLAN_DEVICES_IN_ORDER, 0}};
+  static const freedom fixed_f[] = {{BT_PLAN_DEVICES_IN_ORDER, 0}};
+  const freedom subset_f[] = {{BT_PLAN_ANY_DEVICES, 0}, {BT_PLAN_DEVICES_IN_ORDER, S}};
+  const freedom *fr = subsetting(c) ? subset_f : reordering(c) ? reorder_f : fixed_f;
+  const int n_fr = subsetting(c) ? 2 : reordering(c) ? 3 : 1;
   double gain = -INFINITY, mig = 0, moved = 0;
-  for (int u = 0; u < n_uses; u++) {
+  pl->required_devices = 1u << r->lead; /* the lead keeps a stage */
+  for (int u = 0; u < n_fr; u++) {
     /* A freedom the best plan so far did not use gives that same optimum:
      * its search would repeat the last. */
-    int keeps_first = u > 0 && nxt.device[0] == 0, keeps_order = keeps_first;
-    for (int k = 0; keeps_order && k < S; k++)
-      keeps_order = nxt.device[k] == k;
-    if ((uses[u] == BT_PLAN_ALL_FIRST_FIXED && keeps_first) ||
-        (uses[u] == BT_PLAN_DEVICES_IN_ORDER && keeps_order))
+    if (u > 0 && obeys(&nxt, fr[u], N))
       continue;
     bt_plan cand;
     cli_plan_info cinfo;
-    if (cli_planner_plan(pl, c->partition, uses[u], &cand, &cinfo, err) < 0)
+    pl->plan_devices = fr[u].devices;
+    const int rc = cli_planner_plan(pl, c->partition, fr[u].use, &cand, &cinfo, err);
+    pl->plan_devices = 0;
+    if (rc < 0)
       return -1;
     /* A plan that puts layers on devices that never ran them rests on the
      * model there: count on it being slower by about the model's error
@@ -735,45 +835,46 @@ static int decide_replan(run *r, long step, long remaining, const double *lf, co
      * at the first check, 1.6% forty iterations later). 0.1 recovers as
      * much as 0 in experiments/replan/sweep.sh; 0.3 let a 6.7% loss stand. */
     bt_plan sure = cand;
-    if (predicted && cli_planner_evaluate_cautious(pl, cand.device, cand.first, c->replan_caution,
-                                                   &sure, err) < 0)
+    if (predicted && cli_planner_evaluate_cautious(pl, cand.n_stages, cand.device, cand.first,
+                                                   c->replan_caution, &sure, err) < 0)
       return -1;
     double cmoved;
-    const double cmig = migration_seconds(pl, r->cuts, cand.first, cand.device, S, &cmoved);
+    const double cmig =
+        migration_seconds(pl, S, r->cuts, cand.n_stages, cand.first, cand.device, &cmoved);
     const double cgain = cur.iter_time - sure.iter_time - cmig / (double)remaining;
     if (getenv("BATON_DEBUG_PLAN"))
       fprintf(stderr,
-              "re-plan check after iteration %ld (device use %d): current %.4f s, best %.4f s "
-              "(%.4f counting new pairs slower), migration %.4f s over %ld iterations: gain "
-              "%.4f s, threshold %.4f s\n",
-              step + 1, (int)uses[u], cur.iter_time, cand.iter_time, sure.iter_time, cmig,
-              remaining, cgain, c->replan_threshold * cur.iter_time);
+              "re-plan check after iteration %ld (device use %d over %d): current %.4f s, best "
+              "%.4f s on %d stages (%.4f counting new pairs slower), migration %.4f s over %ld "
+              "iterations: gain %.4f s, threshold %.4f s\n",
+              step + 1, (int)fr[u].use, fr[u].devices ? fr[u].devices : N, cur.iter_time,
+              cand.iter_time, cand.n_stages, sure.iter_time, cmig, remaining, cgain,
+              c->replan_threshold * cur.iter_time);
     if (cgain > gain)
       gain = cgain, nxt = cand, info = cinfo, mig = cmig, moved = cmoved;
   }
-  int same_order = 1;
-  for (int s = 0; s < S; s++)
-    same_order = same_order && nxt.device[s] == s;
+  const freedom same = {BT_PLAN_DEVICES_IN_ORDER, S};
+  const int same_order = obeys(&nxt, same, N);
   if ((same_order && memcmp(cur.first, nxt.first, sizeof(int) * (size_t)(S + 1)) == 0) ||
       !(gain > c->replan_threshold * cur.iter_time))
     return 0;
-  memcpy(cuts, nxt.first, sizeof(int) * (size_t)(S + 1));
-  memcpy(order, nxt.device, sizeof(int) * (size_t)S);
+  *n_stages = nxt.n_stages;
+  memcpy(cuts, nxt.first, sizeof(int) * (size_t)(nxt.n_stages + 1));
+  complete_order(nxt.device, nxt.n_stages, N, order);
   fig[0] = nxt.iter_time;
   fig[1] = info.true_time;
   fig[2] = mig;
-  for (int s = 0; s < S; s++)
+  for (int s = 0; s < nxt.n_stages; s++)
     fig[3 + s] = nxt.fwd[s] + nxt.bwd[s];
   char a[256], b[256], devs[1024] = "";
   format_cuts(r->cuts, S, a, sizeof a);
-  format_cuts(cuts, S, b, sizeof b);
+  format_cuts(cuts, nxt.n_stages, b, sizeof b);
   if (!same_order) {
-    size_t used = (size_t)snprintf(devs, sizeof devs, ", stages on [");
-    for (int s = 0; s < S && used < sizeof devs; s++)
-      used += (size_t)snprintf(devs + used, sizeof devs - used, "%s%s", s ? ", " : "",
-                               c->devices[r->stage_device[order[s]]]);
-    if (used < sizeof devs)
-      snprintf(devs + used, sizeof devs - used, "]");
+    char on[900], idle[900];
+    format_devices(r, order, 0, nxt.n_stages, on, sizeof on);
+    format_devices(r, order, nxt.n_stages, N, idle, sizeof idle);
+    snprintf(devs, sizeof devs, ", stages on [%s%s%s]", on, nxt.n_stages < N ? "; idle: " : "",
+             idle);
   }
   printf("re-plan after iteration %ld: cuts %s -> %s%s, predicted %.4f -> %.4f s/iteration, "
          "migrating %.1f MiB (%.3f s)\n",
@@ -785,9 +886,10 @@ static int decide_replan(run *r, long step, long remaining, const double *lf, co
 /* Every rank's measured per-layer device times of the last iteration, per
  * micro-batch, on the lead ([L] arrays). */
 static int gather_layer_times(run *r, double *lf, double *lb, bt_err *err) {
-  const double *f, *b;
-  int first, count;
-  bt_pipeline_layer_times(r->pipe, &f, &b, &first, &count);
+  const double *f = NULL, *b = NULL;
+  int first = 0, count = 0;
+  if (r->pipe)
+    bt_pipeline_layer_times(r->pipe, &f, &b, &first, &count);
   const int M = r->cfg->micro_batches;
   double *mine = malloc(2 * (size_t)count * sizeof(double) + 1);
   if (!mine)
@@ -795,8 +897,9 @@ static int gather_layer_times(run *r, double *lf, double *lb, bt_err *err) {
   for (int k = 0; k < count; k++)
     mine[k] = f[k] / M, mine[count + k] = b[k] / M;
   int counts[BT_CONFIG_DEVICES_MAX], displs[BT_CONFIG_DEVICES_MAX];
-  for (int s = 0; s < r->size; s++)
-    counts[s] = r->cuts[s + 1] - r->cuts[s], displs[s] = r->cuts[s];
+  for (int s = 0; s < r->size; s++) /* idle positions send nothing */
+    counts[s] = s < r->stages ? r->cuts[s + 1] - r->cuts[s] : 0,
+    displs[s] = s < r->stages ? r->cuts[s] : 0;
   int rc = MPI_Gatherv(mine, count, MPI_DOUBLE, lf, counts, displs, MPI_DOUBLE, r->lead, r->comm);
   if (rc == MPI_SUCCESS)
     rc = MPI_Gatherv(mine + count, count, MPI_DOUBLE, lb, counts, displs, MPI_DOUBLE, r->lead,
@@ -808,9 +911,11 @@ static int gather_layer_times(run *r, double *lf, double *lb, bt_err *err) {
 
 static int setup_pipeline(run *r, bt_err *err);
 
-/* Puts the process of current stage order[s] on stage s: a communicator
- * split in the new order, and every stage-indexed figure (devices, run-file
- * ranks, the lead's rank, the planner's rows) follows. */
+/* Puts the process of current position order[k] on position k (stages
+ * positions 0..stages-1, the rest idle): a communicator split in the new
+ * order, the stages' communicator split again, and every position-indexed
+ * figure (devices, run-file ranks, the lead's position, the planner's rows)
+ * follows. */
 static int reorder_stages(run *r, const int *order, bt_err *err) {
   int identity = 1, mine = -1, lead = -1;
   for (int s = 0; s < r->size; s++) {
@@ -820,32 +925,42 @@ static int reorder_stages(run *r, const int *order, bt_err *err) {
     if (order[s] == r->lead)
       lead = s;
   }
-  if (identity)
-    return 0;
-  MPI_Comm next;
-  if (mine < 0 || lead < 0 || MPI_Comm_split(r->comm, 0, mine, &next) != MPI_SUCCESS)
-    return bt_err_set(err, "rank %d: MPI_Comm_split (new stage order) failed", r->rank);
-  if (r->own_comm)
-    MPI_Comm_free(&r->comm);
-  r->comm = next;
-  r->own_comm = 1;
-  MPI_Comm_rank(r->comm, &r->rank);
-  r->lead = lead;
-  int dev[BT_CONFIG_DEVICES_MAX], logr[BT_CONFIG_DEVICES_MAX];
-  for (int s = 0; s < r->size; s++)
-    dev[s] = r->stage_device[order[s]], logr[s] = r->log_rank[order[s]];
-  memcpy(r->stage_device, dev, sizeof(int) * (size_t)r->size);
-  memcpy(r->log_rank, logr, sizeof(int) * (size_t)r->size);
-  if (r->rank == r->lead && r->planner)
+  if (mine < 0 || lead < 0 || lead >= r->stages)
+    return bt_err_set(err, "rank %d: the new stage order is not a permutation keeping the lead",
+                      r->rank);
+  if (!identity) {
+    MPI_Comm next;
+    if (MPI_Comm_split(r->comm, 0, mine, &next) != MPI_SUCCESS)
+      return bt_err_set(err, "rank %d: MPI_Comm_split (new stage order) failed", r->rank);
+    if (r->own_pcomm)
+      MPI_Comm_free(&r->pcomm);
+    r->own_pcomm = 0;
+    if (r->own_comm)
+      MPI_Comm_free(&r->comm);
+    r->comm = next;
+    r->own_comm = 1;
+    MPI_Comm_rank(r->comm, &r->rank);
+    r->lead = lead;
+    int dev[BT_CONFIG_DEVICES_MAX], logr[BT_CONFIG_DEVICES_MAX];
+    for (int s = 0; s < r->size; s++)
+      dev[s] = r->stage_device[order[s]], logr[s] = r->log_rank[order[s]];
+    memcpy(r->stage_device, dev, sizeof(int) * (size_t)r->size);
+    memcpy(r->log_rank, logr, sizeof(int) * (size_t)r->size);
+  }
+  if (split_pipeline(r, err) < 0)
+    return -1;
+  if (!identity && r->rank == r->lead && r->planner)
     return cli_planner_permute(r->planner, order, err);
   return 0;
 }
 
-/* Re-cuts the running pipeline: weights, momentum and state travel through
- * the lead (the pipelines' root before and after) into a pipeline re-created with `cuts` (stage s
- * on the process of current stage order[s]), whose clock continues from the slowest rank's plus the
+/* Re-cuts the running pipeline into S stages: weights, momentum and state
+ * travel through the lead (the pipelines' root before and after) into a
+ * pipeline re-created with `cuts` (stage s on the process of current
+ * position order[s]), whose clock continues from the slowest rank's plus the
  * migration time. */
-static int migrate(run *r, const int *cuts, const int *order, double migration_s, bt_err *err) {
+static int migrate(run *r, int S, const int *cuts, const int *order, double migration_s,
+                   bt_err *err) {
   const size_t np = r->model.n_params, ns = r->model.n_state;
   float *params = NULL, *momentum = NULL, *state = NULL;
   int ok = 1;
@@ -856,21 +971,23 @@ static int migrate(run *r, const int *cuts, const int *order, double migration_s
     ok = params && momentum && state;
   }
   if (agree(r->comm, ok) < 0 ||
-      bt_pipeline_export_state(r->pipe, params, momentum, state, err) < 0) {
+      agree(r->comm,
+            !r->pipe || bt_pipeline_export_state(r->pipe, params, momentum, state, err) == 0) < 0) {
     free(params), free(momentum), free(state);
     return bt_err_set(err, "rank %d: migrating the weights failed: %s", r->rank,
                       ok ? "MPI" : "out of memory on the lead");
   }
-  double now = bt_pipeline_clock(r->pipe), t;
+  double now = r->pipe ? bt_pipeline_clock(r->pipe) : 0, t;
   MPI_Allreduce(&now, &t, 1, MPI_DOUBLE, MPI_MAX, r->comm);
   bt_pipeline_free(&r->pipe);
-  memcpy(r->cuts, cuts, sizeof(int) * (size_t)(r->size + 1));
-  int rc = reorder_stages(r, order, err);
+  memcpy(r->cuts, cuts, sizeof(int) * (size_t)(S + 1));
+  r->stages = S;
+  int rc = agree(r->comm, reorder_stages(r, order, err) == 0);
   if (rc == 0)
     rc = setup_pipeline(r, err);
-  if (rc == 0)
+  if (rc == 0 && r->pipe)
     rc = bt_pipeline_import_state(r->pipe, params, momentum, state, err);
-  if (rc == 0)
+  if (rc == 0 && r->pipe)
     bt_pipeline_set_clock(r->pipe, t + migration_s);
   free(params), free(momentum), free(state);
   return rc;
@@ -880,7 +997,6 @@ static int migrate(run *r, const int *cuts, const int *order, double migration_s
 static int maybe_replan(run *r, long step, long total_steps, bt_err *err) {
   const bt_config *c = r->cfg;
   const long remaining = total_steps - (step + 1);
-  const int S = r->size;
   if (c->replan_every <= 0 || remaining <= 0 || (step + 1) % c->replan_every != 0 ||
       (strcmp(c->partition, "predicted") != 0 && strcmp(c->partition, "oracle") != 0))
     return 0;
@@ -891,11 +1007,11 @@ static int maybe_replan(run *r, long step, long total_steps, bt_err *err) {
     free(lf), free(lb);
     return -1;
   }
-  int decision = 0, cuts[BT_CONFIG_DEVICES_MAX + 1], order[BT_CONFIG_DEVICES_MAX];
+  int decision = 0, S = r->stages, cuts[BT_CONFIG_DEVICES_MAX + 1], order[BT_CONFIG_DEVICES_MAX];
   double fig[3 + BT_CONFIG_DEVICES_MAX];
   bt_err derr = {{0}};
   if (r->rank == r->lead && lf && lb) {
-    decision = decide_replan(r, step, remaining, lf, lb, cuts, order, fig, &derr);
+    decision = decide_replan(r, step, remaining, lf, lb, &S, cuts, order, fig, &derr);
     if (decision < 0) { /* planning trouble keeps the current plan */
       fprintf(stderr, "baton train: warning: re-planning after iteration %ld failed: %s\n",
               step + 1, derr.msg);
@@ -906,21 +1022,22 @@ static int maybe_replan(run *r, long step, long total_steps, bt_err *err) {
   MPI_Bcast(&decision, 1, MPI_INT, r->lead, r->comm);
   if (!decision)
     return 0;
+  MPI_Bcast(&S, 1, MPI_INT, r->lead, r->comm);
   MPI_Bcast(cuts, S + 1, MPI_INT, r->lead, r->comm);
-  MPI_Bcast(order, S, MPI_INT, r->lead, r->comm);
+  MPI_Bcast(order, r->size, MPI_INT, r->lead, r->comm);
   MPI_Bcast(fig, 3 + S, MPI_DOUBLE, r->lead, r->comm);
-  int my_stage = 0;
-  for (int s = 0; s < S; s++)
+  int my_position = 0;
+  for (int s = 0; s < r->size; s++)
     if (order[s] == r->rank)
-      my_stage = s;
+      my_position = s;
   bt_err merr = {{0}};
-  if (agree(r->comm, stage_fits(r, cuts, my_stage, &merr)) < 0) {
+  if (agree(r->comm, stage_fits(r, S, cuts, my_position, &merr)) < 0) {
     if (merr.msg[0])
       fprintf(stderr, "baton train: warning: re-plan after iteration %ld not applied: %s\n",
               step + 1, merr.msg);
     return 0;
   }
-  if (migrate(r, cuts, order, fig[2], err) < 0)
+  if (migrate(r, S, cuts, order, fig[2], err) < 0)
     return -1;
   r->pending_migration = fig[2];
   r->plan_iter = fig[0];
@@ -954,8 +1071,9 @@ static void die(run *r, const bt_err *err) {
  * compute it drives (framework overhead). */
 static void summarize(run *r, long steps, double emu_total, double cpu_compute,
                       double cpu_overhead) {
-  int cal[2], cal_all[2] = {0, 0};
-  bt_pipeline_calibration_counts(r->pipe, &cal[0], &cal[1]);
+  int cal[2] = {0, 0}, cal_all[2] = {0, 0};
+  if (r->pipe)
+    bt_pipeline_calibration_counts(r->pipe, &cal[0], &cal[1]);
   MPI_Reduce(cal, cal_all, 2, MPI_INT, MPI_SUM, r->lead, r->comm);
   if (r->rank == r->lead && strcmp(r->cfg->clock, "none") != 0) {
     if (r->calib_path[0])
@@ -964,7 +1082,9 @@ static void summarize(run *r, long steps, double emu_total, double cpu_compute,
     else
       printf("calibration: %d layers measured now (fresh; nothing stored)\n", cal_all[1]);
   }
-  bt_stage_costs mine = bt_pipeline_stage_costs(r->pipe);
+  bt_stage_costs mine = {0};
+  if (r->pipe)
+    mine = bt_pipeline_stage_costs(r->pipe);
   double v[7] = {mine.fwd,       mine.bwd,    mine.optim,  mine.act_comm,
                  mine.grad_comm, cpu_compute, cpu_overhead};
   double *all = r->rank == r->lead ? malloc(sizeof v * (size_t)r->size) : NULL;
@@ -973,7 +1093,7 @@ static void summarize(run *r, long steps, double emu_total, double cpu_compute,
     free(all);
     return;
   }
-  const int S = r->size;
+  const int S = r->stages; /* positions from S on are idle */
   double fwd[BT_CONFIG_DEVICES_MAX], bwd[BT_CONFIG_DEVICES_MAX], opt[BT_CONFIG_DEVICES_MAX];
   double act[BT_CONFIG_DEVICES_MAX], grad[BT_CONFIG_DEVICES_MAX];
   double worst = 0; /* overhead CPU seconds of the worst rank, over the run */
@@ -1033,6 +1153,7 @@ static int train_loop(run *r, bt_err *err) {
   /* With device_order: plan a re-plan may move any process to the first or
    * the last stage: then every process keeps the batches at hand. */
   const int feeds = r->rank == 0 || r->rank == r->size - 1 || reordering(c);
+  const int idle_ranks = subsetting(c); /* some ranks may wait outside the pipeline */
   const int live =
       r->rank == r->lead && (strcmp(c->progress, "always") == 0 ||
                              (strcmp(c->progress, "auto") == 0 && isatty(STDOUT_FILENO)));
@@ -1049,7 +1170,7 @@ static int train_loop(run *r, bt_err *err) {
   if (r->rank == r->lead)
     printf("baton train: model %s (%zu parameters) in %d stages on %d devices, %s, %d "
            "micro-batches, clock %s, %ld steps\n",
-           r->model.name, r->model.n_params, r->size, r->size, c->schedule, c->micro_batches,
+           r->model.name, r->model.n_params, r->stages, r->size, c->schedule, c->micro_batches,
            c->clock, total_steps);
   /* Fault injection for the tests of failure handling: BATON_FAIL_AT=R:I
    * makes rank R fail at iteration I. */
@@ -1067,7 +1188,7 @@ static int train_loop(run *r, bt_err *err) {
     long correct = 0, seen = 0;
     const double t0 = bt_cli_now();
     for (long b = 0; b < steps_per_epoch && step < total_steps; b++, step++) {
-      const int first = r->rank == 0, last = r->rank == r->size - 1;
+      const int first = r->rank == 0, last = r->rank == r->stages - 1;
       if (feeds)
         bt_data_gather(&r->train, r->order + b * batch, batch, r->xb, r->yb);
       if (r->rank == fail_rank && step == fail_step) {
@@ -1076,8 +1197,14 @@ static int train_loop(run *r, bt_err *err) {
         die(r, err);
       }
       bt_pipeline_stats st;
-      if (bt_pipeline_step(r->pipe, first ? r->xb : NULL, last ? r->yb : NULL, step, &st, err) < 0)
+      memset(&st, 0, sizeof st);
+      if (r->pipe &&
+          bt_pipeline_step(r->pipe, first ? r->xb : NULL, last ? r->yb : NULL, step, &st, err) < 0)
         die(r, err);
+      /* Idle ranks sleep (not spin in the gathers below) while the stages
+       * run: on shared cores a spinning rank would take their CPU. */
+      if (idle_ranks)
+        bt_mpi_quiet_barrier(r->comm);
       st.iter_time += r->pending_migration; /* the iteration that waited for a migration */
       r->pending_migration = 0;
       if (log_iteration(r, step, &st, err) < 0 || maybe_replan(r, step, total_steps, err) < 0)
@@ -1108,9 +1235,10 @@ static int train_loop(run *r, bt_err *err) {
     long test_correct = 0;
     const int eval = epoch + 1 == epochs || step >= total_steps ||
                      (c->eval_every > 0 && (epoch + 1) % c->eval_every == 0);
-    const int first = r->rank == 0, last = r->rank == r->size - 1;
-    if (eval && bt_pipeline_evaluate(r->pipe, first ? r->test.x : NULL, last ? r->test.y : NULL,
-                                     r->n_test, &test_loss, &test_correct, err) < 0)
+    const int first = r->rank == 0, last = r->rank == r->stages - 1;
+    if (eval && r->pipe &&
+        bt_pipeline_evaluate(r->pipe, first ? r->test.x : NULL, last ? r->test.y : NULL, r->n_test,
+                             &test_loss, &test_correct, err) < 0)
       die(r, err);
     if (r->rank == r->lead && eval && r->log) {
       bt_eval_record er = {step, epoch + 1, test_loss, (double)test_correct / r->n_test, r->n_test};
@@ -1141,6 +1269,8 @@ int bt_cli_train_pipeline(bt_config *cfg) {
   r.comm = MPI_COMM_WORLD;
   MPI_Comm_rank(r.comm, &r.rank);
   MPI_Comm_size(r.comm, &r.size);
+  r.stages = r.size;
+  r.pcomm = r.comm;
   r.world_rank = r.rank;
   for (int s = 0; s < r.size && s < BT_CONFIG_DEVICES_MAX; s++)
     r.stage_device[s] = r.log_rank[s] = s;
@@ -1159,7 +1289,7 @@ int bt_cli_train_pipeline(bt_config *cfg) {
   }
   /* What the partitioner measured before training (profiling, probes) is
    * time the devices spent: the run's clock starts after it. */
-  if (r.profiling_s > 0 && strcmp(cfg->clock, "none") != 0)
+  if (r.pipe && r.profiling_s > 0 && strcmp(cfg->clock, "none") != 0)
     bt_pipeline_set_clock(r.pipe, r.profiling_s);
   rc = train_loop(&r, &err);
   bt_runlog_close(&r.log, &err);
@@ -1171,6 +1301,8 @@ out:
   if (r.planner)
     cli_planner_free(r.planner);
   free(r.planner);
+  if (r.own_pcomm)
+    MPI_Comm_free(&r.pcomm);
   if (r.own_comm)
     MPI_Comm_free(&r.comm);
   bt_model_free(&r.model);
