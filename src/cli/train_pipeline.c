@@ -761,11 +761,18 @@ typedef struct freedom {
 /* Whether plan p already obeys freedom f (then f's search would give p). */
 static int obeys(const bt_plan *p, freedom f, int n) {
   const int S = f.devices > 0 ? f.devices : n;
-  if (f.use == BT_PLAN_ALL_FIRST_FIXED)
-    return p->n_stages == n && p->device[0] == 0;
-  if (f.use != BT_PLAN_DEVICES_IN_ORDER || p->n_stages != S)
+  if (f.use == BT_PLAN_ANY_DEVICES)
+    return 1;
+  if (p->n_stages != S)
     return 0;
-  for (int k = 0; k < S; k++)
+  for (int k = 0; k < S; k++) /* distinct: exactly devices 0..S-1 */
+    if (p->device[k] >= S)
+      return 0;
+  if (f.use == BT_PLAN_ALL_DEVICES)
+    return 1;
+  if (p->device[0] != 0)
+    return 0;
+  for (int k = 1; f.use == BT_PLAN_DEVICES_IN_ORDER && k < S; k++)
     if (p->device[k] != k)
       return 0;
   return 1;
@@ -812,9 +819,14 @@ static int decide_replan(run *r, long step, long remaining, const double *lf, co
   static const freedom reorder_f[] = {
       {BT_PLAN_ALL_DEVICES, 0}, {BT_PLAN_ALL_FIRST_FIXED, 0}, {BT_PLAN_DEVICES_IN_ORDER, 0}};
   static const freedom fixed_f[] = {{BT_PLAN_DEVICES_IN_ORDER, 0}};
-  const freedom subset_f[] = {{BT_PLAN_ANY_DEVICES, 0}, {BT_PLAN_DEVICES_IN_ORDER, S}};
+  /* With subset: any subset that keeps the lead, then the current stages'
+   * devices in any order, with stage 0 kept, in their order. */
+  const freedom subset_f[] = {{BT_PLAN_ANY_DEVICES, 0},
+                              {BT_PLAN_ALL_DEVICES, S},
+                              {BT_PLAN_ALL_FIRST_FIXED, S},
+                              {BT_PLAN_DEVICES_IN_ORDER, S}};
   const freedom *fr = subsetting(c) ? subset_f : reordering(c) ? reorder_f : fixed_f;
-  const int n_fr = subsetting(c) ? 2 : reordering(c) ? 3 : 1;
+  const int n_fr = subsetting(c) ? 4 : reordering(c) ? 3 : 1;
   double gain = -INFINITY, mig = 0, moved = 0;
   pl->required_devices = 1u << r->lead; /* the lead keeps a stage */
   for (int u = 0; u < n_fr; u++) {
