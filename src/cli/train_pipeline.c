@@ -819,20 +819,26 @@ static int decide_replan(run *r, long step, long remaining, const double *lf, co
   static const freedom reorder_f[] = {
       {BT_PLAN_ALL_DEVICES, 0}, {BT_PLAN_ALL_FIRST_FIXED, 0}, {BT_PLAN_DEVICES_IN_ORDER, 0}};
   static const freedom fixed_f[] = {{BT_PLAN_DEVICES_IN_ORDER, 0}};
-  /* With subset: any subset that keeps the lead, then the current stages'
+  /* With subset: any subset that keeps the lead; every device (the idle
+   * ones brought in) in any order, with stage 0 kept; the current stages'
    * devices in any order, with stage 0 kept, in their order. */
-  const freedom subset_f[] = {{BT_PLAN_ANY_DEVICES, 0},
-                              {BT_PLAN_ALL_DEVICES, S},
-                              {BT_PLAN_ALL_FIRST_FIXED, S},
-                              {BT_PLAN_DEVICES_IN_ORDER, S}};
+  const freedom subset_f[] = {{BT_PLAN_ANY_DEVICES, 0},     {BT_PLAN_ALL_DEVICES, 0},
+                              {BT_PLAN_ALL_FIRST_FIXED, 0}, {BT_PLAN_ALL_DEVICES, S},
+                              {BT_PLAN_ALL_FIRST_FIXED, S}, {BT_PLAN_DEVICES_IN_ORDER, S}};
   const freedom *fr = subsetting(c) ? subset_f : reordering(c) ? reorder_f : fixed_f;
-  const int n_fr = subsetting(c) ? 4 : reordering(c) ? 3 : 1;
+  const int n_fr = subsetting(c) ? 6 : reordering(c) ? 3 : 1;
   double gain = -INFINITY, mig = 0, moved = 0;
   pl->required_devices = 1u << r->lead; /* the lead keeps a stage */
   for (int u = 0; u < n_fr; u++) {
     /* A freedom the best plan so far did not use gives that same optimum:
      * its search would repeat the last. */
     if (u > 0 && obeys(&nxt, fr[u], N))
+      continue;
+    int repeated = 0; /* with no idle device, "the current stages' devices" = all */
+    for (int v = 0; v < u; v++)
+      repeated |= fr[v].use == fr[u].use &&
+                  (fr[v].devices ? fr[v].devices : N) == (fr[u].devices ? fr[u].devices : N);
+    if (repeated)
       continue;
     bt_plan cand;
     cli_plan_info cinfo;
