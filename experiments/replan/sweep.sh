@@ -5,7 +5,8 @@
 # re-planning could reach, the oracle one (true device times). Prints one row
 # per device: the share of the lost throughput each recovers.
 #   experiments/replan/sweep.sh [ITERATIONS]   (BATON=path picks the binary,
-#   CAUTION sets replan.caution, ORACLE=0 skips the oracle runs)
+#   CAUTION sets replan.caution, ORDER=plan|subset device_order (default
+#   subset, as run.sh), ORACLE=0 skips the oracle runs)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 iters=${1:-50}
