@@ -3,7 +3,8 @@
 # partitioner's plan, its iteration time under the true (emulated) device
 # times, and the gap to the oracle plan. Prints one table row per model, mix
 # and partitioner, then the worst predicted-vs-oracle gap.
-#   experiments/partition/run.sh [in-order|all|any]   (BATON=path picks the binary)
+#   experiments/partition/run.sh [in-order|first|all|subset|any]   (baton plan --devices;
+#   BATON=path picks the binary)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/common.sh
