@@ -1171,7 +1171,6 @@ static int train_loop(run *r, bt_err *err) {
   /* With device_order: plan a re-plan may move any process to the first or
    * the last stage: then every process keeps the batches at hand. */
   const int feeds = r->rank == 0 || r->rank == r->size - 1 || reordering(c);
-  const int idle_ranks = subsetting(c); /* some ranks may wait outside the pipeline */
   const int live =
       r->rank == r->lead && (strcmp(c->progress, "always") == 0 ||
                              (strcmp(c->progress, "auto") == 0 && isatty(STDOUT_FILENO)));
@@ -1221,7 +1220,7 @@ static int train_loop(run *r, bt_err *err) {
         die(r, err);
       /* Idle ranks sleep (not spin in the gathers below) while the stages
        * run: on shared cores a spinning rank would take their CPU. */
-      if (idle_ranks)
+      if (r->stages < r->size) /* the same on every rank */
         bt_mpi_quiet_barrier(r->comm);
       st.iter_time += r->pending_migration; /* the iteration that waited for a migration */
       r->pending_migration = 0;
