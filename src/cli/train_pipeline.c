@@ -357,13 +357,16 @@ static void complete_order(const int *stage_of, int S, int n, int *order) {
       order[at++] = k;
 }
 
-/* "a, b, c" of the devices at positions order[from..to) (stage_device). */
-static void format_devices(const run *r, const int *order, int from, int to, char *buf,
-                           size_t len) {
+/* "a, b; idle: c": the devices of the processes at positions order[k]
+ * (stage_device), the first S running the stages, the rest idle. */
+static void format_stages(const run *r, const int *order, int S, char *buf, size_t len) {
   size_t used = 0;
   buf[0] = 0;
-  for (int k = from; k < to && used < len; k++)
-    used += (size_t)snprintf(buf + used, len - used, "%s%s", k > from ? ", " : "",
+  for (int k = 0; k < r->size && used < len; k++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%s",
+                             k == 0   ? ""
+                             : k == S ? "; idle: "
+                                      : ", ",
                              r->cfg->devices[r->stage_device[order[k]]]);
 }
 
@@ -428,15 +431,8 @@ static int setup_plan(run *r, bt_err *err) {
         figures[2 + s] = plan.fwd[s] + plan.bwd[s];
       char list[256];
       format_cuts(cuts, n_stages, list, sizeof list);
-      char devs[1024];
-      size_t used = 0;
-      devs[0] = 0;
-      for (int k = 0; k < r->size && used < sizeof devs; k++)
-        used += (size_t)snprintf(devs + used, sizeof devs - used, "%s%s",
-                                 k == 0          ? ""
-                                 : k == n_stages ? "; idle: "
-                                                 : ", ",
-                                 c->devices[order[k]]);
+      char devs[1024]; /* stage_device is still the identity: positions = devices */
+      format_stages(r, order, n_stages, devs, sizeof devs);
       char truth[96] = ""; /* real hardware has no emulated true times */
       if (strcmp(c->clock, "none") != 0)
         snprintf(truth, sizeof truth, " (%.4f s with the true device times)", info.true_time);
@@ -888,11 +884,9 @@ static int decide_replan(run *r, long step, long remaining, const double *lf, co
   format_cuts(r->cuts, S, a, sizeof a);
   format_cuts(cuts, nxt.n_stages, b, sizeof b);
   if (!same_order) {
-    char on[900], idle[900];
-    format_devices(r, order, 0, nxt.n_stages, on, sizeof on);
-    format_devices(r, order, nxt.n_stages, N, idle, sizeof idle);
-    snprintf(devs, sizeof devs, ", stages on [%s%s%s]", on, nxt.n_stages < N ? "; idle: " : "",
-             idle);
+    char list[900];
+    format_stages(r, order, nxt.n_stages, list, sizeof list);
+    snprintf(devs, sizeof devs, ", stages on [%s]", list);
   }
   printf("re-plan after iteration %ld: cuts %s -> %s%s, predicted %.4f -> %.4f s/iteration, "
          "migrating %.1f MiB (%.3f s)\n",
