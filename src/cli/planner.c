@@ -599,12 +599,12 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
 
 /* The planning problem over the given compute times; `truth` picks the side
  * costs at the truth's iteration, else the profiles' at iteration 0. With
- * pl->plan_devices = n > 0 only devices 0..n-1 take part (the device-major
- * tables' first rows; the pair tables are packed into n x n). */
+ * devices = n > 0 only devices 0..n-1 take part (the device-major tables'
+ * first rows; the pair tables are packed into n x n); 0 = all. */
 static bt_plan_problem problem(cli_planner *pl, const double *fwd, const double *bwd, int truth,
-                               bt_plan_device_use use, bt_err *err, int *ok) {
+                               bt_plan_device_use use, int devices, bt_err *err, int *ok) {
   const int D = pl->n_devices;
-  const int n = pl->plan_devices > 0 && pl->plan_devices < D ? pl->plan_devices : D;
+  const int n = devices > 0 && devices < D ? devices : D;
   const double *bw = pl->bandwidth, *lat = pl->latency;
   if (n < D) {
     for (int a = 0; a < n; a++)
@@ -676,10 +676,7 @@ int cli_config_cuts(const bt_config *c, int n_layers, int stages, int *cuts, bt_
 /* Plans are evaluated over every device (a stage may sit on any). */
 static bt_plan_problem eval_problem(cli_planner *pl, const double *fwd, const double *bwd,
                                     int truth, bt_err *err, int *ok) {
-  const int keep = pl->plan_devices;
-  pl->plan_devices = 0;
-  bt_plan_problem p = problem(pl, fwd, bwd, truth, BT_PLAN_ANY_DEVICES, err, ok);
-  pl->plan_devices = keep;
+  bt_plan_problem p = problem(pl, fwd, bwd, truth, BT_PLAN_ANY_DEVICES, 0, err, ok);
   p.required_devices = 0;
   return p;
 }
@@ -751,7 +748,8 @@ int cli_planner_plan(cli_planner *pl, const char *partitioner, bt_plan_device_us
   info->predicted = NAN;
   info->exact = 1;
   int ok;
-  bt_plan_problem truth = problem(pl, pl->true_fwd, pl->true_bwd, 1, use, err, &ok);
+  bt_plan_problem truth =
+      problem(pl, pl->true_fwd, pl->true_bwd, 1, use, pl->plan_devices, err, &ok);
   if (!ok)
     return -1;
   const int S = truth.n_devices;
@@ -780,7 +778,8 @@ int cli_planner_plan(cli_planner *pl, const char *partitioner, bt_plan_device_us
     if (partitioner[0] == 'p')
       info->profiling_s = profiling_seconds(pl);
   } else if (strcmp(partitioner, "predicted") == 0) {
-    bt_plan_problem view = problem(pl, pl->view_fwd, pl->view_bwd, 0, use, err, &ok);
+    bt_plan_problem view =
+        problem(pl, pl->view_fwd, pl->view_bwd, 0, use, pl->plan_devices, err, &ok);
     rc = bt_plan_search(&view, out, &st, err);
     info->exact = st.exact;
     info->predicted = out->iter_time;
