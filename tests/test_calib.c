@@ -147,3 +147,43 @@ Test(calib, default_path_follows_the_environment) {
   bt_calib_default_path(buf, sizeof buf);
   cr_expect_str_eq(buf, "/home/u/.cache/baton/calibration.tsv");
 }
+
+/* Two equal layers of one stage are measured apart, but the store keeps one
+ * figure per key: the run that measures must use that figure too, or its
+ * virtual times differ from every later run's that reads the store. */
+Test(calib, equal_layers_of_a_stage_agree_with_the_store) {
+  bt_model m;
+  bt_err err = {{0}};
+  bt_model_init(&m, "twins", (bt_shape){1, 1, 256}, 10);
+  bt_model_push(&m, bt_dense(256));
+  bt_model_push(&m, bt_relu());
+  bt_model_push(&m, bt_dense(256));
+  bt_model_push(&m, bt_relu());
+  bt_model_push(&m, bt_dense(10));
+  bt_model_push(&m, bt_softmax_ce());
+  cr_assert_eq(bt_model_finalize(&m, &err), 0, "%s", err.msg);
+  bt_stage st;
+  cr_assert_eq(bt_stage_init(&st, &m, 0, m.n_layers, 8, 1, 1, &err), 0, "%s", err.msg);
+  char store[128];
+  snprintf(store, sizeof store, "%s/store.tsv", dir);
+  const bt_calib_options o = {
+      .repeats = 3, .seed = 1, .batch_size = 8, .store = store, .host = "h"};
+  const int n = m.n_layers;
+  double f1[8], b1[8], f2[8], b2[8];
+  bt_calib_result res;
+  cr_assert_eq(bt_calib_stage(&st, &m, 8, &o, f1, b1, &res, &err), 0, "%s", err.msg);
+  cr_assert_eq(res.measured, n);
+  cr_assert_eq(f1[1], f1[3], "relu fwd %g vs %g", f1[1], f1[3]);
+  cr_assert_eq(b1[1], b1[3], "relu bwd %g vs %g", b1[1], b1[3]);
+  cr_assert_eq(bt_calib_stage(&st, &m, 8, &o, f2, b2, &res, &err), 0, "%s", err.msg);
+  cr_assert_eq(res.stored, n);
+  for (int k = 0; k < n; k++) {
+    /* The store writes 9 significant digits. */
+    cr_expect_leq(fabs(f1[k] - f2[k]), 1e-8 * f1[k], "layer %d fwd: measured %g, stored %g", k,
+                  f1[k], f2[k]);
+    cr_expect_leq(fabs(b1[k] - b2[k]), 1e-8 * b1[k], "layer %d bwd: measured %g, stored %g", k,
+                  b1[k], b2[k]);
+  }
+  bt_stage_free(&st);
+  bt_model_free(&m);
+}
