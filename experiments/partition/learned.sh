@@ -12,6 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/common.sh
+source experiments/partition/mixes.sh
 baton=${BATON:-./build/baton}
 order=${1:-plan}
 every=${EVERY:-5}
@@ -23,21 +24,9 @@ case $order in
   experiment) use=in-order ;;
   *) echo "learned.sh: device_order '$order': expected plan, subset or experiment" >&2; exit 2 ;;
 esac
-mixes=(
-  "jetson-nano,rpi4,jetson-xavier-nx,rpi5"
-  "rpi3bplus,rpi4,rpi5,x86-laptop"
-  "jetson-nano,jetson-tx2,jetson-xavier-nx,jetson-orin-nano"
-  "jetson-nano,rpi4,jetson-xavier-nx,rpi5,jetson-tx2,rpi3bplus,jetson-orin-nano,x86-laptop"
-)
+tmp=$calibration_dir
 runs=$(mktemp -d)
-if [ -n "${CALIBRATION_DIR:-}" ]; then
-  tmp=$CALIBRATION_DIR
-  mkdir -p "$tmp"
-  trap 'rm -rf "$runs"' EXIT
-else
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$runs" "$tmp"' EXIT
-fi
+trap 'rm -rf "$runs" "$calibration_tmp"' EXIT
 gap() { awk -v a="$1" -v o="$2" 'BEGIN { printf "%+.1f%%", 100 * (a / o - 1) }'; }
 printf "%-12s %-3s %-4s %11s %11s %9s %11s %9s\n" model mix cal "oracle s" "first s" "gap" \
   "learned s" "gap"

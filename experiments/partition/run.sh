@@ -15,26 +15,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/common.sh
+source experiments/partition/mixes.sh
 baton=${BATON:-./build/baton}
 use=${1:-in-order}
 n_cal=${CALIBRATIONS:-3}
-mixes=(
-  "jetson-nano,rpi4,jetson-xavier-nx,rpi5"
-  "rpi3bplus,rpi4,rpi5,x86-laptop"
-  "jetson-nano,jetson-tx2,jetson-xavier-nx,jetson-orin-nano"
-  "jetson-nano,rpi4,jetson-xavier-nx,rpi5,jetson-tx2,rpi3bplus,jetson-orin-nano,x86-laptop"
-)
 models=(vgg11 resnet18 mobilenetv2)
 partitions=(even params flops profiled predicted oracle)
 common=(--set data.name=synthetic --set data.shape=32x32x3 --set data.train_samples=64
   --set data.test_samples=16 --set batch_size=32 --set micro_batches=8 --set schedule=1f1b)
-if [ -n "${CALIBRATION_DIR:-}" ]; then
-  tmp=$CALIBRATION_DIR
-  mkdir -p "$tmp"
-else
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' EXIT
-fi
+tmp=$calibration_dir
+trap 'rm -rf "$calibration_tmp"' EXIT
 stores=()
 if [ "$n_cal" -eq 0 ]; then
   stores=("${BATON_CALIBRATION:-}")
