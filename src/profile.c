@@ -374,7 +374,8 @@ static bt_layer deep_layer(bt_rng *r, int *batch) {
 }
 
 int bt_profile_source_fitted(const char *source) {
-  return strcmp(source, "random") == 0 || strcmp(source, "deep") == 0;
+  return strcmp(source, "random") == 0 || strcmp(source, "deep") == 0 ||
+         strcmp(source, "grid") == 0;
 }
 
 int bt_profile_add_deep(bt_profile *p, uint64_t seed, int n, bt_err *err) {
@@ -389,6 +390,15 @@ int bt_profile_add_deep(bt_profile *p, uint64_t seed, int n, bt_err *err) {
   }
   return 0;
 }
+
+/* The zoo models the corpus holds every layer of, at their evaluation input. */
+static const struct {
+  const char *name;
+  bt_shape in;
+  int two_batches;
+} zoo_models[] = {{"mlp", {28, 28, 1}, 1},      {"lenet5", {28, 28, 1}, 1},
+                  {"vgg11", {32, 32, 3}, 1},    {"vgg16", {32, 32, 3}, 0},
+                  {"resnet18", {32, 32, 3}, 1}, {"mobilenetv2", {32, 32, 3}, 1}};
 
 int bt_profile_corpus(bt_profile *p, uint64_t seed, int n_random, bt_err *err) {
   /* The probe set first: held-out devices adapt from these rows. */
@@ -406,24 +416,17 @@ int bt_profile_corpus(bt_profile *p, uint64_t seed, int n_random, bt_err *err) {
       return -1;
     i += rc;
   }
-  static const struct {
-    const char *name;
-    bt_shape in;
-    int two_batches;
-  } zoo[] = {{"mlp", {28, 28, 1}, 1},      {"lenet5", {28, 28, 1}, 1},
-             {"vgg11", {32, 32, 3}, 1},    {"vgg16", {32, 32, 3}, 0},
-             {"resnet18", {32, 32, 3}, 1}, {"mobilenetv2", {32, 32, 3}, 1}};
-  for (size_t z = 0; z < sizeof zoo / sizeof *zoo; z++) {
+  for (size_t z = 0; z < sizeof zoo_models / sizeof *zoo_models; z++) {
     bt_model m;
-    if (bt_zoo_build(zoo[z].name, zoo[z].in, 10, &m, err) < 0)
+    if (bt_zoo_build(zoo_models[z].name, zoo_models[z].in, 10, &m, err) < 0)
       return -1;
-    for (int b = 0; b < 1 + zoo[z].two_batches; b++)
+    for (int b = 0; b < 1 + zoo_models[z].two_batches; b++)
       for (int i = 0; i < m.n_layers; i++) {
         char spec[BT_LAYER_SPEC_MAX];
         bt_layer copy;
         if (bt_layer_spec_format(&m.layers[i], spec, sizeof spec) < 0 ||
             bt_layer_spec_parse(spec, &copy, err) < 0 ||
-            bt_profile_add(p, copy, b ? 32 : 8, zoo[z].name, err) < 0) {
+            bt_profile_add(p, copy, b ? 32 : 8, zoo_models[z].name, err) < 0) {
           bt_model_free(&m);
           return err && err->msg[0] ? -1 : bt_err_set(err, "zoo layer spec too long");
         }
@@ -431,6 +434,77 @@ int bt_profile_corpus(bt_profile *p, uint64_t seed, int n_random, bt_err *err) {
     bt_model_free(&m);
   }
   return 0;
+}
+
+/* Appends the spec of every convolution of `layers` (residual sub-layers
+ * included) to `specs`; returns the new count or -1. */
+static int zoo_conv_specs(const bt_layer *layers, int n, char (**specs)[BT_LAYER_SPEC_MAX],
+                          int count, int *cap) {
+  for (int i = 0; i < n && count >= 0; i++) {
+    const bt_layer *l = &layers[i];
+    if (l->kind == BT_RESIDUAL) {
+      count = zoo_conv_specs(l->sub, l->n_body + l->n_short, specs, count, cap);
+      continue;
+    }
+    if (l->kind != BT_CONV2D)
+      continue;
+    if (count == *cap) {
+      *cap = *cap ? 2 * *cap : 64;
+      char(*g)[BT_LAYER_SPEC_MAX] = realloc(*specs, (size_t)*cap * sizeof **specs);
+      if (!g)
+        return -1;
+      *specs = g;
+    }
+    if (bt_layer_spec_format(l, (*specs)[count], BT_LAYER_SPEC_MAX) < 0)
+      return -1;
+    count++;
+  }
+  return count;
+}
+
+int bt_profile_add_deep_grid(bt_profile *p, bt_err *err) {
+  /* The zoo's own convolutions stay out at every batch: their rows are the
+   * evaluation's and the partitioner's test cases, so the grid covers the
+   * regime around them, never them. */
+  char(*zoo)[BT_LAYER_SPEC_MAX] = NULL;
+  int n_zoo = 0, cap = 0;
+  for (size_t z = 0; z < sizeof zoo_models / sizeof *zoo_models && n_zoo >= 0; z++) {
+    bt_model m;
+    if (bt_zoo_build(zoo_models[z].name, zoo_models[z].in, 10, &m, err) < 0) {
+      free(zoo);
+      return -1;
+    }
+    n_zoo = zoo_conv_specs(m.layers, m.n_layers, &zoo, n_zoo, &cap);
+    bt_model_free(&m);
+  }
+  if (n_zoo < 0) {
+    free(zoo);
+    return bt_err_set(err, "out of memory listing the zoo's convolutions");
+  }
+  static const int chans[] = {256, 384, 512, 768, 1024};
+  static const int spat[] = {2, 4, 8}, ks[] = {1, 3}, strides[] = {1, 2};
+  static const int batches[] = {1, 2, 4, 8, 16, 32};
+  int rc = 0;
+  for (int a = 0; a < 5 && rc >= 0; a++)
+    for (int o = 0; o < 5 && rc >= 0; o++)
+      for (int s = 0; s < 3 && rc >= 0; s++)
+        for (int k = 0; k < 2 && rc >= 0; k++)
+          for (int t = 0; t < 2 && rc >= 0; t++) {
+            bt_layer l = bt_conv2d(chans[o], ks[k], strides[t], ks[k] / 2);
+            l.in = (bt_shape){spat[s], spat[s], chans[a]};
+            char spec[BT_LAYER_SPEC_MAX];
+            int in_zoo = bt_layer_finalize(&l, "grid layer", err) < 0 ||
+                         bt_layer_spec_format(&l, spec, sizeof spec) < 0;
+            for (int i = 0; i < n_zoo && !in_zoo; i++)
+              in_zoo = strcmp(zoo[i], spec) == 0;
+            for (int b = 0; b < 6 && !in_zoo && rc >= 0; b++) {
+              bt_layer copy = l;
+              if (affordable(&copy, batches[b]))
+                rc = bt_profile_add(p, copy, batches[b], "grid", err);
+            }
+          }
+  free(zoo);
+  return rc < 0 ? -1 : 0;
 }
 
 int bt_profile_probe_set(bt_profile *p, bt_err *err) {

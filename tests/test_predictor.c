@@ -132,6 +132,37 @@ Test(predictor, deep_layers_are_late_stage_layers) {
   bt_profile_free(&p);
 }
 
+/* The grid covers the late-stage regime around the zoo's convolutions at
+ * every batch, and never one of them: the zoo rows stay out of the fit. */
+Test(predictor, deep_grid_surrounds_but_never_holds_the_zoo_convolutions) {
+  bt_profile grid, zoo;
+  memset(&grid, 0, sizeof grid);
+  memset(&zoo, 0, sizeof zoo);
+  bt_err err = {{0}};
+  cr_assert_eq(bt_profile_add_deep_grid(&grid, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_profile_corpus(&zoo, 1, 0, &err), 0, "%s", err.msg);
+  cr_assert_gt(grid.n, 1000);
+  int zoo_convs = 0;
+  for (int j = 0; j < zoo.n; j++)
+    zoo_convs += zoo.e[j].layer.kind == BT_CONV2D && strcmp(zoo.e[j].source, "probe") != 0;
+  cr_assert_gt(zoo_convs, 10);
+  int b4_neighbour = 0;
+  for (int i = 0; i < grid.n; i++) {
+    const bt_profile_entry *g = &grid.e[i];
+    cr_assert_str_eq(g->source, "grid");
+    cr_assert(bt_profile_source_fitted(g->source));
+    cr_assert(g->layer.kind == BT_CONV2D && g->layer.in.c >= 256 && g->layer.in.h <= 8);
+    for (int j = 0; j < zoo.n; j++)
+      if (strcmp(zoo.e[j].source, "probe") != 0)
+        cr_assert_str_neq(g->spec, zoo.e[j].spec, "the grid holds the zoo layer %s", g->spec);
+    /* vgg11's 2x2x512 -> 512 convolution is left out; one input width off is in. */
+    b4_neighbour += g->batch == 4 && strcmp(g->spec, "conv2d@2x2x384:out=512,k=3x3,s=1,p=1") == 0;
+  }
+  cr_assert_eq(b4_neighbour, 1);
+  bt_profile_free(&grid);
+  bt_profile_free(&zoo);
+}
+
 Test(predictor, profile_file_round_trip_and_bad_files) {
   bt_profile p, q;
   synth(&p, "rpi4", 20);

@@ -8,8 +8,11 @@
 # convolution's and dense layer's backward without the input gradient, what
 # a model's first layer runs), and a corpus of DEEP late-stage layers
 # (corpus-host-deep.h5: 256-1024 channels on 1-8 pixels, large dense layers,
-# where the weights' bytes set the time; the random corpus never reaches it).
-#   experiments/predictor/profile-all.sh [REPEATS] [RANDOM] [PASSES] [CORPUS] [DEEP]
+# where the weights' bytes set the time; the random corpus never reaches it),
+# and a grid of late-stage convolutions around, never on, the zoo models' own
+# (corpus-host-grid.h5, GRID=1: 256-1024 channels on 2-8 pixels at every batch
+# 1-32, so that the micro-batch sizes plans run are covered).
+#   experiments/predictor/profile-all.sh [REPEATS] [RANDOM] [PASSES] [CORPUS] [DEEP] [GRID]
 # BATON=path picks the binary (default ./build/baton), OUT=dir the output
 # directory (default data/predictor). Each device is timed afresh (the host
 # noise of one set does not leak into another), PASSES times over the whole
@@ -26,6 +29,7 @@ random=${2:-700}
 passes=${3:-3}
 corpus=${4:-8000}
 deep=${5:-1200}
+grid=${6:-1}
 out=${OUT:-data/predictor}
 mkdir -p "$out"
 export BLIS_NUM_THREADS=1
@@ -47,4 +51,8 @@ fi
 if [ "$deep" -gt 0 ]; then
   "$baton" profile --device host --seed 3 --random 0 --deep "$deep" \
     --out "$out/corpus-host-deep.h5" --repeats "$repeats" --passes "$passes" --nodin --quiet
+fi
+if [ "$grid" -gt 0 ]; then
+  "$baton" profile --device host --seed 4 --random 0 --deep-grid \
+    --out "$out/corpus-host-grid.h5" --repeats "$repeats" --passes "$passes" --nodin --quiet
 fi

@@ -84,6 +84,12 @@ int bt_profile_corpus(bt_profile *p, uint64_t seed, int n_random, bt_err *err);
  * layers of 256-4096 units, where the weights' bytes set the time. */
 int bt_profile_add_deep(bt_profile *p, uint64_t seed, int n, bt_err *err);
 
+/* Adds a grid of late-stage convolutions (source "grid"): 256-1024 input and
+ * output channels (5 steps each) on 2, 4 and 8 pixels, kernels 1 and 3,
+ * strides 1 and 2, batches 1-32, within the corpus's size limit, leaving out
+ * every convolution of the zoo models (the evaluation's layers). */
+int bt_profile_add_deep_grid(bt_profile *p, bt_err *err);
+
 /* Whether a host corpus row of this source is fitted (randomised layers);
  * the zoo's and the probes' rows stay out of the fit, for the evaluation. */
 int bt_profile_source_fitted(const char *source);
