@@ -479,7 +479,7 @@ int bt_profile_add_deep_grid(bt_profile *p, bt_err *err) {
   }
   if (n_zoo < 0) {
     free(zoo);
-    return bt_err_set(err, "out of memory listing the zoo's convolutions");
+    return bt_err_set(err, "cannot list the zoo's convolutions (out of memory or a spec too long)");
   }
   static const int chans[] = {256, 384, 512, 768, 1024};
   static const int spat[] = {2, 4, 8}, ks[] = {1, 3}, strides[] = {1, 2};
@@ -493,8 +493,12 @@ int bt_profile_add_deep_grid(bt_profile *p, bt_err *err) {
             bt_layer l = bt_conv2d(chans[o], ks[k], strides[t], ks[k] / 2);
             l.in = (bt_shape){spat[s], spat[s], chans[a]};
             char spec[BT_LAYER_SPEC_MAX];
-            int in_zoo = bt_layer_finalize(&l, "grid layer", err) < 0 ||
-                         bt_layer_spec_format(&l, spec, sizeof spec) < 0;
+            if (bt_layer_finalize(&l, "grid layer", err) < 0 ||
+                bt_layer_spec_format(&l, spec, sizeof spec) < 0) {
+              rc = err && err->msg[0] ? -1 : bt_err_set(err, "grid layer spec too long");
+              break;
+            }
+            int in_zoo = 0;
             for (int i = 0; i < n_zoo && !in_zoo; i++)
               in_zoo = strcmp(zoo[i], spec) == 0;
             for (int b = 0; b < 6 && !in_zoo && rc >= 0; b++) {
