@@ -27,6 +27,12 @@ esac
 tmp=$calibration_dir
 runs=$(mktemp -d)
 trap 'rm -rf "$runs" "$calibration_tmp"' EXIT
+# The "(X s with the true device times)" figure of the log line matching $2.
+true_time() {
+  echo "$1" | awk -v re="$2" '$0 ~ re {
+    for (i = 1; i < NF; i++) if ($(i + 1) == "s" && $(i + 2) == "with") {
+      gsub(/\(/, "", $i); print $i; exit } }'
+}
 gap() { awk -v a="$1" -v o="$2" 'BEGIN { printf "%+.1f%%", 100 * (a / o - 1) }'; }
 printf "%-12s %-3s %-4s %11s %11s %9s %11s %9s\n" model mix cal "oracle s" "first s" "gap" \
   "learned s" "gap"
@@ -44,15 +50,13 @@ for c in $(seq 1 "$n_cal"); do
         experiments/configs/vgg11-4dev.yaml --set model="$model" --set devices="$devices" \
         --set partition=predicted --set device_order="$order" --set replan.every="$every" \
         --set iterations="$iters" --set output="$runs/run.h5" --set progress=never)
-      first=$(echo "$log" | awk '/^plan: partition predicted/ {
-        for (i = 1; i < NF; i++) if ($(i + 1) == "s" && $(i + 2) == "with") { gsub(/\(/, "", $i); print $i; exit } }')
-      learned=$(echo "$log" | awk '/^plan: the predicted partitioner predicted/ {
-        for (i = 1; i < NF; i++) if ($(i + 1) == "s" && $(i + 2) == "with") { print $i; exit } }')
+      first=$(true_time "$log" '^plan: partition predicted')
+      learned=$(true_time "$log" '^plan: the predicted partitioner predicted')
       g1=$(gap "$first" "$oracle") g2=$(gap "$learned" "$oracle")
       printf "%-12s %-3s %-4s %11s %11s %9s %11s %9s\n" "$model" "$m" "$c" "$oracle" "$first" \
         "$g1" "$learned" "$g2"
-      worst_first=$(awk -v a="$worst_first" -v b="${g1%\%}" 'BEGIN { b += 0; print (b > a ? b : a) }')
-      worst_learned=$(awk -v a="$worst_learned" -v b="${g2%\%}" 'BEGIN { b += 0; print (b > a ? b : a) }')
+      worst_first=$(max_gap "$worst_first" "$g1")
+      worst_learned=$(max_gap "$worst_learned" "$g2")
     done
   done
 done

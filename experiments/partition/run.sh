@@ -56,7 +56,7 @@ for model in "${models[@]}"; do
         g=${gap[$c,$model,$m,$name]}
         printf " %11s %9s" "${true_s[$c,$model,$m,$name]}" "$g"
         if [ "$name" = predicted ]; then
-          worst=$(awk -v a="$worst" -v b="${g%\%}" 'BEGIN { b += 0; print (b > a ? b : a) }')
+          worst=$(max_gap "$worst" "$g")
         fi
       done
       printf " %10s\n" "${ms[0,$model,$m,$name]}"
