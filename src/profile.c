@@ -807,6 +807,8 @@ int bt_profile_write(const bt_profile *p, const char *path, bt_err *err) {
   rc |= attr_num(f, "repeats", H5T_STD_I32LE, H5T_NATIVE_INT32, &rep);
   rc |= attr_num(f, "passes", H5T_STD_I32LE, H5T_NATIVE_INT32, &pas);
   rc |= attr_num(f, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &seed);
+  if (p->host_key[0])
+    rc |= attr_str(f, "host_key", p->host_key);
   rc |= attr_num(f, "host_sgemm_gflops", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &p->host.sgemm_gflops);
   rc |= attr_num(f, "host_mem_gbs", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &p->host.mem_gbs);
   if (rc == 0) {
@@ -939,6 +941,8 @@ int bt_profile_read(const char *path, bt_profile *p, bt_err *err) {
     read_attr(f, "repeats", H5T_NATIVE_INT32, &rep);
     read_attr(f, "passes", H5T_NATIVE_INT32, &pas); /* optional: sets before it had 1 */
     read_attr(f, "seed", H5T_NATIVE_UINT64, &p->seed);
+    if (read_attr_str(f, "host_key", p->host_key, sizeof p->host_key) < 0)
+      p->host_key[0] = 0; /* optional: sets before it have none */
     p->threads = thr;
     p->repeats = rep;
     p->passes = pas >= 1 ? pas : 1;

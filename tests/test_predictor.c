@@ -179,6 +179,13 @@ Test(predictor, profile_file_round_trip_and_bad_files) {
     cr_assert_eq(q.e[i].fwd, p.e[i].fwd);
     cr_assert_eq(q.e[i].host_bwd, p.e[i].host_bwd);
   }
+  cr_assert_str_eq(q.host_key, "", "a set without a host key reads as none");
+  bt_profile_free(&q);
+  /* The host key (which host and build timed the set) round-trips. */
+  snprintf(p.host_key, sizeof p.host_key, "AMD EPYC|skx x1|abc123");
+  cr_assert_eq(bt_profile_write(&p, path, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_profile_read(path, &q, &err), 0, "%s", err.msg);
+  cr_assert_str_eq(q.host_key, p.host_key);
   bt_profile_free(&q);
   /* NaN and negative timings. */
   double keep = p.e[3].fwd;

@@ -19,7 +19,7 @@
  *   residual@8x8x64:post=1{conv2d:out=64,k=3x3,s=1,p=1;batchnorm;relu|conv2d:out=64,k=1x1,s=1,p=0}
  * HDF5 layout (docs/predictor.md): root attributes format = "baton-profile",
  * version, device, blis_arch, threads, clock, repeats, passes (optional, 1 if
- * absent), seed, host_sgemm_gflops,
+ * absent), seed, host_key (optional), host_sgemm_gflops,
  * host_mem_gbs; 1-D datasets of length n: spec, source (strings), batch
  * (int32), host_fwd, host_bwd, fwd, bwd, spread (float64, seconds). */
 #ifndef BATON_PROFILE_H
@@ -59,6 +59,9 @@ typedef struct bt_profile {
   int passes; /* timing passes over the corpus (minimum kept); 0 or 1: one */
   int nodin;  /* bt_profile_measure also times the backward without input gradient */
   uint64_t seed;
+  /* The host and build that timed it (bt_calib_host: CPU model, BLIS kernels
+   * and threads, compute-code hash); "" in sets made before 4 December. */
+  char host_key[512];
   bt_host_rates host;
   int n, cap;
   bt_profile_entry *e;

@@ -240,6 +240,11 @@ int bt_cmd_plan(int argc, char **argv) {
     printf("predictor: fitted on data/predictor and predicted in %.2f s (%d devices adapted from "
            "probes)\n",
            pl.predict_seconds, pl.n_adapted);
+  if (pl.pred_fwd && pl.host_note[0])
+    printf("predictor: note: %s; emulated devices follow this host's kernels, so predicted "
+           "plans miss by more (docs/partition.md, \"Another host\"); "
+           "experiments/predictor/profile-all.sh regenerates the sets here\n",
+           pl.host_note);
   printf("\nplan (partition: %s), stage times per micro-batch:\n", cfg.partition);
   print_stages(&pl, &plan, &info);
   printf("iteration: predicted %.4f s, true %.4f s\n", plan.iter_time, info.true_time);

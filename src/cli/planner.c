@@ -102,6 +102,7 @@ static int calibrate_model(cli_planner *pl, const char *store, const char *host,
   if (bt_host_as_device(&h, &pl->host, err) < 0)
     return -1;
   pl->host_ref_s = BT_CALIB_REFERENCE_FLOPS / (sgemm * 1e9);
+  pl->host_sgemm_gflops = sgemm;
   bt_stage st;
   if (bt_stage_init(&st, pl->model, 0, pl->n_layers, pl->micro_batch, 1, pl->cfg->seed, err) < 0)
     return -1;
@@ -497,6 +498,34 @@ static int probe_samples(cli_planner *pl, const bt_profile *probe, int d, bt_pre
   return 2 * probe->n;
 }
 
+/* Whether the sets were timed on this host: by their host key when they
+ * carry one, else (sets made before 4 December) by the sgemm rate. */
+static void note_other_host(cli_planner *pl, const bt_profile *sets, int n) {
+  pl->host_note[0] = 0;
+  double rate[BT_PRED_DEVICES_MAX];
+  int m = 0;
+  for (int k = 0; k < n; k++) {
+    if (sets[k].host_key[0] && strcmp(sets[k].host_key, pl->host_key) != 0) {
+      snprintf(pl->host_note, sizeof pl->host_note,
+               "the profiling sets were timed on another host or build ('%.600s'; this host "
+               "'%.600s')",
+               sets[k].host_key, pl->host_key);
+      return;
+    }
+    if (!sets[k].host_key[0] && sets[k].threads <= 1 && m < BT_PRED_DEVICES_MAX)
+      rate[m++] = sets[k].host.sgemm_gflops;
+  }
+  double lo = INFINITY, hi = 0;
+  for (int k = 0; k < m; k++)
+    lo = fmin(lo, rate[k]), hi = fmax(hi, rate[k]);
+  const double here = pl->host_sgemm_gflops;
+  if (m > 0 && (here > 1.3 * hi || here < lo / 1.3))
+    snprintf(pl->host_note, sizeof pl->host_note,
+             "the profiling sets were timed at sgemm %.0f-%.0f GFLOP/s, this host runs %.0f: "
+             "probably another CPU",
+             lo, hi, here);
+}
+
 int cli_planner_predict(cli_planner *pl, bt_err *err) {
   if (pl->pred_fwd)
     return 0;
@@ -522,6 +551,7 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
     if (rc == 0) {
       const int n = bt_profile_dir_select(&sd, BT_PROFILE_DEVICE, sets, names, sd.n);
       const int nc = bt_profile_dir_select(&sd, BT_PROFILE_CORPUS, corpora, NULL, sd.n);
+      note_other_host(pl, sets, n);
       rc = bt_predictor_fit_ex(sets, names, n, NULL, corpora, nc, &opt, &pr, err);
     }
     free(sets), free(corpora), free(names);

@@ -53,11 +53,15 @@ typedef struct cli_planner {
   unsigned required_devices;
   double codec_ratio;
   int calib_stored, calib_measured;
-  double calib_seconds;           /* host seconds spent calibrating (0 when all stored) */
-  double predict_seconds;         /* host seconds: fitting the predictor, probes, predictions */
-  double probe_device_s;          /* device seconds of the probe layers timed on unseen devices */
-  int n_adapted;                  /* devices the predictor did not know (adapted from probes) */
-  struct bt_predictor *predictor; /* kept for online updates */
+  double calib_seconds;     /* host seconds spent calibrating (0 when all stored) */
+  double predict_seconds;   /* host seconds: fitting the predictor, probes, predictions */
+  double probe_device_s;    /* device seconds of the probe layers timed on unseen devices */
+  int n_adapted;            /* devices the predictor did not know (adapted from probes) */
+  double host_sgemm_gflops; /* this host's rate, from the calibration store */
+  /* Non-empty when the profiling sets were timed on another host than this
+   * one (emulated devices follow this host's kernels): what differs. */
+  char host_note[1400];
+  struct bt_predictor *predictor;     /* kept for online updates */
   char head[BT_PLAN_MAX_DEVICES][96]; /* predictor head of device d: "rankD:NAME" */
   long truth_iteration;               /* iteration the true times describe */
   char store[4096], host_key[512];    /* calibration store ("" = none) and its host key */

@@ -440,6 +440,10 @@ static int setup_plan(run *r, bt_err *err) {
              "planned in %.2f s\n",
              c->partition, devs, list, plan.iter_time, truth,
              info.plan_seconds + pl->calib_seconds + pl->predict_seconds);
+      if (pl->pred_fwd && pl->host_note[0] && strcmp(c->clock, "none") != 0)
+        printf("plan: note: %s; emulated devices follow this host's kernels, so predicted plans "
+               "miss by more (docs/partition.md, \"Another host\")\n",
+               pl->host_note);
       if (info.profiling_s > 0)
         printf("plan: the %s partitioner needs %.2f s of device time %s first (%s)\n", c->partition,
                info.profiling_s, strcmp(c->partition, "predicted") == 0 ? "probing" : "profiling",
