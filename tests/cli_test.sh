@@ -101,6 +101,11 @@ for p in even params flops profiled predicted; do
   grep -q "^$p " "$tmp/out" || { echo "FAIL plan: no '$p' row"; fails=$((fails + 1)); }
 done
 grep -qE "^oracle .* \+0\.0%" "$tmp/out" || { echo "FAIL plan: oracle row not +0.0%"; fails=$((fails + 1)); }
+# Probing is timed on the slowest device (the devices probe at once): under
+# 2 s with its repeats, where the three devices' sum is over.
+probe_s=$(awk '/^predicted / { print $NF }' "$tmp/out")
+awk -v t="$probe_s" 'BEGIN { exit !(t > 0 && t < 2.0) }' ||
+  { echo "FAIL plan: probing takes '$probe_s' s of device time (want under 2 s)"; fails=$((fails + 1)); }
 expect_ok plan-any-order "devices" "$baton" plan "${psyn[@]}" --devices any \
   --set devices=rpi4,jetson-orin-nano,rpi3bplus --set partition=oracle
 expect_fail plan-no-devices "names no devices" "$baton" plan "${psyn[@]}"

@@ -55,7 +55,7 @@ typedef struct cli_planner {
   int calib_stored, calib_measured;
   double calib_seconds;     /* host seconds spent calibrating (0 when all stored) */
   double predict_seconds;   /* host seconds: fitting the predictor, probes, predictions */
-  double probe_device_s;    /* device seconds of the probe layers timed on unseen devices */
+  double probe_device_s;    /* device seconds of the probe set on the slowest device */
   int n_adapted;            /* devices the predictor did not know (adapted from probes) */
   double host_sgemm_gflops; /* this host's rate, from the calibration store */
   /* Non-empty when the profiling sets were timed on another host than this
