@@ -115,5 +115,24 @@ expect_fail plan-bad-devices-flag "--devices takes" "$baton" plan "${psyn[@]}" -
 expect_fail plan-no-fit "smallest memory scale" "$baton" plan "${psyn[@]}" \
   --set devices=rpi4,rpi5 --set memory_scale=0.000001
 
+# Profiling sets of this host (data/predictor/hosts/NAME, found by the host
+# key of their host.h5) are taken over the default sets; without them the
+# default sets are used.
+src_data=${BATON_DATA:-$(dirname "$baton")/../data}
+hd=$tmp/data
+mkdir -p "$hd/predictor/hosts/here"
+ln -s "$(cd "$src_data" && pwd)/models" "$hd/models"
+ln -s "$(cd "$src_data" && pwd)/devices" "$hd/devices"
+for f in "$src_data"/predictor/*.h5; do ln -s "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$hd/predictor/"; done
+BATON_DATA=$hd "$baton" profile --device host --random 5 --repeats 1 --quiet \
+  --out "$hd/predictor/hosts/here/host.h5" >/dev/null
+BATON_DATA=$hd "$baton" profile --device rpi4 --random 5 --repeats 1 --quiet \
+  --out "$hd/predictor/hosts/here/rpi4.h5" >/dev/null
+BATON_DATA=$hd expect_ok plan-this-host-sets "hosts/here (this host's sets)" "$baton" plan \
+  "${psyn[@]}" --set devices=rpi4,rpi5 --set partition=predicted
+rm -rf "$hd/predictor/hosts"
+BATON_DATA=$hd expect_ok plan-default-sets "predictor: fitted on $hd/predictor and" "$baton" plan \
+  "${psyn[@]}" --set devices=rpi4,rpi5 --set partition=predicted
+
 [ $fails -eq 0 ] && echo "all CLI checks passed" || echo "$fails CLI check(s) failed"
 exit $((fails > 0))

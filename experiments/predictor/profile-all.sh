@@ -14,7 +14,10 @@
 # 1-32, so that the micro-batch sizes plans run are covered).
 #   experiments/predictor/profile-all.sh [REPEATS] [RANDOM] [PASSES] [CORPUS] [DEEP] [GRID]
 # BATON=path picks the binary (default ./build/baton), OUT=dir the output
-# directory (default data/predictor). Each device is timed afresh (the host
+# directory (default data/predictor, the default sets). On another CPU, write
+# them to OUT=data/predictor/hosts/NAME: baton plan, train and predictor then
+# take the sets whose host.h5 was timed on this CPU model with these BLIS
+# kernels (docs/predictor.md, "Profiling sets"). Each device is timed afresh (the host
 # noise of one set does not leak into another), PASSES times over the whole
 # corpus with REPEATS runs per layer and pass, the minimum kept: load bursts
 # of a shared host hit runs of consecutive layers, a later pass misses them.

@@ -27,6 +27,15 @@ int bt_cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(pri
  * install prefix compiled in. Writes into buf; returns buf. */
 const char *bt_cli_data_dir(char *buf, size_t len);
 
+/* The latency predictor's profiling sets for this host: the subdirectory of
+ * <data>/predictor/hosts whose host.h5 was timed on the same CPU model with
+ * the same BLIS kernels and threads as host_key says (bt_calib_host; the
+ * first by name when several are), else <data>/predictor (the shipped
+ * default sets). *per_host says which. Emulated devices follow the host's
+ * kernels, so sets of this host predict them better (docs/partition.md,
+ * "Another host"). */
+const char *bt_cli_predictor_dir(const char *host_key, char *buf, size_t len, int *per_host);
+
 /* Parses an iteration range "A:B", "A:", ":B" or "A" (inclusive); 0 or -1. */
 int bt_cli_parse_range(const char *text, int64_t *first, int64_t *last);
 

@@ -237,13 +237,14 @@ int bt_cmd_plan(int argc, char **argv) {
   if (cli_planner_plan(&pl, cfg.partition, use, &plan, &info, &err) < 0)
     goto fail;
   if (pl.pred_fwd)
-    printf("predictor: fitted on data/predictor and predicted in %.2f s (%d devices adapted from "
+    printf("predictor: fitted on %s%s and predicted in %.2f s (%d devices adapted from "
            "probes)\n",
-           pl.predict_seconds, pl.n_adapted);
+           pl.sets_dir, pl.per_host_sets ? " (this host's sets)" : "", pl.predict_seconds,
+           pl.n_adapted);
   if (pl.pred_fwd && pl.host_note[0])
     printf("predictor: note: %s; emulated devices follow this host's kernels, so predicted "
            "plans miss by more (docs/partition.md, \"Another host\"); "
-           "experiments/predictor/profile-all.sh regenerates the sets here\n",
+           "OUT=data/predictor/hosts/NAME experiments/predictor/profile-all.sh makes this host's\n",
            pl.host_note);
   printf("\nplan (partition: %s), stage times per micro-batch:\n", cfg.partition);
   print_stages(&pl, &plan, &info);

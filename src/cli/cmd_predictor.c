@@ -7,12 +7,15 @@
 #include <string.h>
 #include <time.h>
 
+#include "baton/calib.h"
 #include "baton/device.h"
+#include "baton/gemm.h"
 #include "baton/model.h"
 #include "baton/modelfile.h"
 #include "baton/predictor.h"
 #include "baton/profile.h"
 #include "cli.h"
+#include "compute_hash.h"
 
 static void predictor_usage(FILE *f) {
   fprintf(f,
@@ -736,8 +739,12 @@ int bt_cmd_predictor(int argc, char **argv) {
     return argc < 2 ? 2 : 0;
   }
   const char *sub = argv[1];
-  char data[4096], defdir[4200];
-  snprintf(defdir, sizeof defdir, "%s/predictor", bt_cli_data_dir(data, sizeof data));
+  /* The sets of this host when data/predictor/hosts has them (as baton plan
+   * and train pick them), else the shipped default sets. */
+  char defdir[4400], host[512];
+  int per_host = 0;
+  bt_calib_host(bt_gemm_arch(), bt_gemm_threads(), BT_COMPUTE_HASH, host, sizeof host);
+  bt_cli_predictor_dir(host, defdir, sizeof defdir, &per_host);
   const char *dir = defdir, *out = NULL, *model_file = NULL, *device = NULL, *model = NULL;
   int batch = 8, folds = 5;
   double train_fraction = 1.0;
@@ -772,6 +779,8 @@ int bt_cmd_predictor(int argc, char **argv) {
     sets S;
     if (load_sets(dir, &S, &err) < 0)
       return bt_cli_fail("predictor", "%s", err.msg);
+    printf("baton predictor %s: profiling sets of %s%s\n", sub, dir,
+           dir == defdir && per_host ? " (timed on this host)" : "");
     int rc = 0;
     if (strcmp(sub, "fit") == 0) {
       bt_predictor *pr;
@@ -841,8 +850,8 @@ int bt_cmd_predictor(int argc, char **argv) {
                          device, model_file);
     }
     bt_model m;
-    char models[4200];
-    snprintf(models, sizeof models, "%s/models", data);
+    char data[4096], models[4200];
+    snprintf(models, sizeof models, "%s/models", bt_cli_data_dir(data, sizeof data));
     if (bt_model_resolve(model, models, input, 10, &m, &err) < 0) {
       bt_predictor_free(pr);
       return bt_cli_fail("predictor", "%s", err.msg);

@@ -535,8 +535,8 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
     return 0;
   const int D = pl->n_devices, L = pl->n_layers;
   const double t0 = bt_cli_now();
-  char data[4096], dir[4200];
-  snprintf(dir, sizeof dir, "%s/predictor", bt_cli_data_dir(data, sizeof data));
+  char *dir = pl->sets_dir;
+  bt_cli_predictor_dir(pl->host_key, dir, sizeof pl->sets_dir, &pl->per_host_sets);
   /* The device sets and the base host fit heads; host corpora add rows to
    * the host-time model; real host variants are left out. */
   bt_profile_dir sd;

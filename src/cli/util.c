@@ -10,6 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
+#include "baton/profile.h"
 #include "baton_build.h"
 #include "cli.h"
 
@@ -118,4 +121,44 @@ static int cmp_double(const void *a, const void *b) {
 double bt_cli_median(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, cmp_double);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* host_key up to its last '|': the CPU model and the BLIS kernels and
+ * threads, without the compute-code hash. */
+static size_t host_part(const char *key) {
+  const char *bar = strrchr(key, '|');
+  return bar ? (size_t)(bar - key) : strlen(key);
+}
+
+const char *bt_cli_predictor_dir(const char *host_key, char *buf, size_t len, int *per_host) {
+  char data[4096], hosts[4200];
+  bt_cli_data_dir(data, sizeof data);
+  snprintf(buf, len, "%s/predictor", data);
+  *per_host = 0;
+  snprintf(hosts, sizeof hosts, "%s/predictor/hosts", data);
+  DIR *d = host_key && host_key[0] ? opendir(hosts) : NULL;
+  if (!d)
+    return buf;
+  char best[256] = "";
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (de->d_name[0] == '.' || strlen(de->d_name) >= sizeof best)
+      continue;
+    char path[4600];
+    snprintf(path, sizeof path, "%s/%s/host.h5", hosts, de->d_name);
+    bt_profile p;
+    bt_err err;
+    memset(&p, 0, sizeof p);
+    if (bt_profile_read(path, &p, &err) == 0 && host_part(p.host_key) == host_part(host_key) &&
+        strncmp(p.host_key, host_key, host_part(host_key)) == 0 &&
+        (!best[0] || strcmp(de->d_name, best) < 0)) /* the first by name: deterministic */
+      snprintf(best, sizeof best, "%s", de->d_name);
+    bt_profile_free(&p);
+  }
+  closedir(d);
+  if (best[0]) {
+    snprintf(buf, len, "%s/%s", hosts, best);
+    *per_host = 1;
+  }
+  return buf;
 }
