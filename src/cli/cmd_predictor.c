@@ -743,6 +743,7 @@ int bt_cmd_predictor(int argc, char **argv) {
    * and train pick them), else the shipped default sets. */
   char defdir[4400], host[512];
   int per_host = 0;
+  bt_gemm_configure("auto", 1); /* the kernels baton profile picks: the sets' host key */
   bt_calib_host(bt_gemm_arch(), bt_gemm_threads(), BT_COMPUTE_HASH, host, sizeof host);
   bt_cli_predictor_dir(host, defdir, sizeof defdir, &per_host);
   const char *dir = defdir, *out = NULL, *model_file = NULL, *device = NULL, *model = NULL;
