@@ -244,7 +244,8 @@ int bt_cmd_plan(int argc, char **argv) {
   if (pl.pred_fwd && pl.host_note[0])
     printf("predictor: note: %s; emulated devices follow this host's kernels, so predicted "
            "plans miss by more (docs/partition.md, \"Another host\"); "
-           "OUT=data/predictor/hosts/NAME experiments/predictor/profile-all.sh makes this host's\n",
+           "OUT=data/predictor/hosts/NAME experiments/predictor/profile-all.sh makes this host's "
+           "sets\n",
            pl.host_note);
   printf("\nplan (partition: %s), stage times per micro-batch:\n", cfg.partition);
   print_stages(&pl, &plan, &info);
