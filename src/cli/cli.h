@@ -27,6 +27,11 @@ int bt_cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(pri
  * install prefix compiled in. Writes into buf; returns buf. */
 const char *bt_cli_data_dir(char *buf, size_t len);
 
+/* This host's key for calibration stores and profiling sets (bt_calib_host
+ * of the configured BLIS kernels and threads and this build's compute-code
+ * hash). Configure BLIS (bt_gemm_configure) first. */
+void bt_cli_host_key(char *buf, size_t len);
+
 /* The latency predictor's profiling sets for this host: the subdirectory of
  * <data>/predictor/hosts whose host.h5 was timed on the same CPU model with
  * the same BLIS kernels and threads as host_key says (bt_calib_host; the

@@ -10,7 +10,6 @@
 #include "baton/gemm.h"
 #include "baton/modelfile.h"
 #include "cli.h"
-#include "compute_hash.h"
 #include "git_version.h"
 #include "planner.h"
 #include "train_common.h"
@@ -205,7 +204,7 @@ int bt_cmd_plan(int argc, char **argv) {
     else
       snprintf(store, sizeof store, "%s", cfg.calibration);
   }
-  bt_calib_host(bt_gemm_arch(), bt_gemm_threads(), BT_COMPUTE_HASH, host, sizeof host);
+  bt_cli_host_key(host, sizeof host);
   if (cli_planner_init(&pl, &cfg, &model, store[0] ? store : NULL, host, &err) < 0)
     goto fail;
   pl.required_devices = keep_first ? 1u : 0u;

@@ -7,7 +7,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "baton/calib.h"
 #include "baton/device.h"
 #include "baton/gemm.h"
 #include "baton/model.h"
@@ -15,7 +14,6 @@
 #include "baton/predictor.h"
 #include "baton/profile.h"
 #include "cli.h"
-#include "compute_hash.h"
 
 static void predictor_usage(FILE *f) {
   fprintf(f,
@@ -744,7 +742,7 @@ int bt_cmd_predictor(int argc, char **argv) {
   char defdir[4400], host[512];
   int per_host = 0;
   bt_gemm_configure("auto", 1); /* the kernels baton profile picks: the sets' host key */
-  bt_calib_host(bt_gemm_arch(), bt_gemm_threads(), BT_COMPUTE_HASH, host, sizeof host);
+  bt_cli_host_key(host, sizeof host);
   bt_cli_predictor_dir(host, defdir, sizeof defdir, &per_host);
   const char *dir = defdir, *out = NULL, *model_file = NULL, *device = NULL, *model = NULL;
   int batch = 8, folds = 5;

@@ -4,12 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "baton/calib.h"
 #include "baton/device.h"
 #include "baton/gemm.h"
 #include "baton/profile.h"
 #include "cli.h"
-#include "compute_hash.h"
 
 static void profile_usage(FILE *f) {
   fprintf(f,
@@ -133,7 +131,7 @@ int bt_cmd_profile(int argc, char **argv) {
   p.nodin = nodin;
   p.threads = bt_gemm_threads();
   snprintf(p.blis_arch, sizeof p.blis_arch, "%s", bt_gemm_arch());
-  bt_calib_host(p.blis_arch, p.threads, BT_COMPUTE_HASH, p.host_key, sizeof p.host_key);
+  bt_cli_host_key(p.host_key, sizeof p.host_key);
   int rc = probes ? bt_profile_probe_set(&p, &err) : bt_profile_corpus(&p, p.seed, n_random, &err);
   if (rc == 0 && !probes && n_deep > 0)
     rc = bt_profile_add_deep(&p, p.seed, n_deep, &err);

@@ -16,13 +16,11 @@
 #include "baton/config.h"
 #include "baton/data.h"
 #include "baton/device.h"
-#include "baton/gemm.h"
 #include "baton/modelfile.h"
 #include "baton/pipeline.h"
 #include "baton/runlog.h"
 #include "baton_build.h"
 #include "cli.h"
-#include "compute_hash.h"
 #include "git_version.h"
 #include "planner.h"
 #include "train_common.h"
@@ -194,8 +192,7 @@ static int setup_calibration(run *r, bt_err *err) {
     bt_calib_default_path(r->calib_path, sizeof r->calib_path);
   else
     snprintf(r->calib_path, sizeof r->calib_path, "%s", v);
-  bt_calib_host(bt_gemm_arch(), bt_gemm_threads(), BT_COMPUTE_HASH, r->calib_host,
-                sizeof r->calib_host);
+  bt_cli_host_key(r->calib_host, sizeof r->calib_host);
   bt_calib_store *store = NULL;
   const int ok = bt_calib_load(r->calib_path, r->calib_host, &store, err) == 0;
   bt_calib_free(store);

@@ -12,9 +12,12 @@
 
 #include <dirent.h>
 
+#include "baton/calib.h"
+#include "baton/gemm.h"
 #include "baton/profile.h"
 #include "baton_build.h"
 #include "cli.h"
+#include "compute_hash.h"
 
 int bt_cli_fail(const char *cmd, const char *fmt, ...) {
   va_list ap;
@@ -121,6 +124,10 @@ static int cmp_double(const void *a, const void *b) {
 double bt_cli_median(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, cmp_double);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void bt_cli_host_key(char *buf, size_t len) {
+  bt_calib_host(bt_gemm_arch(), bt_gemm_threads(), BT_COMPUTE_HASH, buf, len);
 }
 
 /* host_key up to its last '|': the CPU model and the BLIS kernels and
