@@ -506,8 +506,7 @@ static int probe_samples(cli_planner *pl, const bt_profile *probe, int d, bt_pre
  * carry one, else (sets made before 4 December) by the sgemm rate. */
 static void note_other_host(cli_planner *pl, const bt_profile *sets, int n) {
   pl->host_note[0] = 0;
-  double rate[BT_PRED_DEVICES_MAX];
-  int m = 0;
+  double lo = INFINITY, hi = 0; /* sgemm rates of the single-thread sets without a key */
   for (int k = 0; k < n; k++) {
     if (sets[k].host_key[0] && strcmp(sets[k].host_key, pl->host_key) != 0) {
       snprintf(pl->host_note, sizeof pl->host_note,
@@ -516,14 +515,11 @@ static void note_other_host(cli_planner *pl, const bt_profile *sets, int n) {
                sets[k].host_key, pl->host_key);
       return;
     }
-    if (!sets[k].host_key[0] && sets[k].threads <= 1 && m < BT_PRED_DEVICES_MAX)
-      rate[m++] = sets[k].host.sgemm_gflops;
+    if (!sets[k].host_key[0] && sets[k].threads <= 1)
+      lo = fmin(lo, sets[k].host.sgemm_gflops), hi = fmax(hi, sets[k].host.sgemm_gflops);
   }
-  double lo = INFINITY, hi = 0;
-  for (int k = 0; k < m; k++)
-    lo = fmin(lo, rate[k]), hi = fmax(hi, rate[k]);
   const double here = pl->host_sgemm_gflops;
-  if (m > 0 && (here > 1.3 * hi || here < lo / 1.3))
+  if (hi > 0 && (here > 1.3 * hi || here < lo / 1.3))
     snprintf(pl->host_note, sizeof pl->host_note,
              "the profiling sets were timed at sgemm %.0f-%.0f GFLOP/s, this host runs %.0f: "
              "probably another CPU",

@@ -146,6 +146,7 @@ const char *bt_cli_predictor_dir(const char *host_key, char *buf, size_t len, in
   DIR *d = host_key && host_key[0] ? opendir(hosts) : NULL;
   if (!d)
     return buf;
+  const size_t hp = host_part(host_key);
   char best[256] = "";
   struct dirent *de;
   while ((de = readdir(d))) {
@@ -156,8 +157,8 @@ const char *bt_cli_predictor_dir(const char *host_key, char *buf, size_t len, in
     bt_profile p;
     bt_err err;
     memset(&p, 0, sizeof p);
-    if (bt_profile_read(path, &p, &err) == 0 && host_part(p.host_key) == host_part(host_key) &&
-        strncmp(p.host_key, host_key, host_part(host_key)) == 0 &&
+    if (bt_profile_read(path, &p, &err) == 0 && host_part(p.host_key) == hp &&
+        strncmp(p.host_key, host_key, hp) == 0 &&
         (!best[0] || strcmp(de->d_name, best) < 0)) /* the first by name: deterministic */
       snprintf(best, sizeof best, "%s", de->d_name);
     bt_profile_free(&p);
