@@ -242,10 +242,25 @@ static double thread_cpu_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static double clock_resolution(void) {
+  struct timespec ts;
+  if (clock_getres(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+    return 1e-9;
+  return fmax(1e-9, (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec);
+}
+
 static double mono_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The smaller of `best` and a clock reading, skipping readings that are not
+ * positive: a thread-CPU clock that stalls (seen once on a CI machine: a
+ * 1-microsecond dense backward read 0 in one of 20 runs) gives no time, and
+ * a minimum over it would be 0. */
+static double min_reading(double best, double reading) {
+  return reading > 0 ? fmin(best, reading) : best;
 }
 
 double bt_calib_reference(int repeats) {
@@ -255,7 +270,7 @@ double bt_calib_reference(int repeats) {
   for (int r = 0; r < repeats; r++) {
     const double t0 = thread_cpu_now();
     bt_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-    best = fmin(best, thread_cpu_now() - t0);
+    best = min_reading(best, thread_cpu_now() - t0);
   }
   return best;
 }
@@ -269,7 +284,7 @@ void bt_calib_measure_host_rates(double *sgemm_gflops, double *mem_gbs) {
     memset(src, k, bytes);
     const double t0 = thread_cpu_now();
     memcpy(dst, src, bytes);
-    best = fmin(best, thread_cpu_now() - t0);
+    best = min_reading(best, thread_cpu_now() - t0);
   }
   *mem_gbs = 2.0 * (double)bytes / best / 1e9; /* read + write */
   free(src), free(dst);
@@ -349,9 +364,14 @@ static int measure_stage(bt_stage *s, const bt_model *m, int mb, const bt_calib_
     const double ref_after = o->ref_seconds > 0 ? bt_calib_reference(3) : 0;
     const double scale = o->ref_seconds > 0 ? 2 * o->ref_seconds / (ref_before + ref_after) : 1;
     for (int k = 0; r > 0 && k < n; k++) {
-      fwd[k] = fmin(fwd[k], f[k] * scale);
-      bwd[k] = fmin(bwd[k], b[k] * scale);
+      fwd[k] = min_reading(fwd[k], f[k] * scale);
+      bwd[k] = min_reading(bwd[k], b[k] * scale);
     }
+  }
+  /* A layer no run could time is faster than the clock resolves. */
+  for (int k = 0; k < n; k++) {
+    fwd[k] = isfinite(fwd[k]) ? fwd[k] : clock_resolution();
+    bwd[k] = isfinite(bwd[k]) ? bwd[k] : clock_resolution();
   }
   const double wall = mono_now() - wall0, cpu = thread_cpu_now() - cpu0;
   *cpu_share = wall > 0 ? cpu / wall : 1;

@@ -555,7 +555,8 @@ void bt_profile_host_rates(bt_host_rates *h, int wall) {
   for (int r = 0; r < 20 && a && b && c; r++) {
     double t0 = now_s(wall);
     bt_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-    best = fmin(best, now_s(wall) - t0);
+    const double t = now_s(wall) - t0;
+    best = t > 0 ? fmin(best, t) : best;
   }
   h->sgemm_gflops = 2.0 * n * n * (double)n / best / 1e9;
   const size_t bytes = (size_t)16 << 20;
@@ -565,7 +566,8 @@ void bt_profile_host_rates(bt_host_rates *h, int wall) {
     memset(src, r, bytes);
     double t0 = now_s(wall);
     memcpy(dst, src, bytes);
-    best = fmin(best, now_s(wall) - t0);
+    const double t = now_s(wall) - t0;
+    best = t > 0 ? fmin(best, t) : best;
   }
   h->mem_gbs = 2.0 * (double)bytes / best / 1e9;
   free(a), free(b), free(c), free(src), free(dst);
@@ -579,7 +581,11 @@ static void *falloc(size_t floats) {
   return f;
 }
 
+/* Readings that are not positive are skipped: a stalled thread-CPU clock
+ * gives no time (see calib.c's min_reading). */
 static void keep_two_smallest(double t, double *t1, double *t2) {
+  if (!(t > 0))
+    return;
   if (t < *t1)
     *t2 = *t1, *t1 = t;
   else if (t < *t2)
@@ -642,9 +648,10 @@ static int time_layer(bt_profile_entry *e, int repeats, int wall, int nodin, bt_
     if (e->spread <= 0.05)
       break;
   }
-  e->host_fwd = f1 > 0 ? f1 : 1e-9;
-  e->host_bwd = b1 > 0 ? b1 : 1e-9;
-  e->host_bwd_nodin = nodin ? (n1 > 0 ? n1 : 1e-9) : NAN;
+  /* No positive reading in any run: faster than the clock resolves. */
+  e->host_fwd = isfinite(f1) ? f1 : 1e-9;
+  e->host_bwd = isfinite(b1) ? b1 : 1e-9;
+  e->host_bwd_nodin = nodin ? (isfinite(n1) ? n1 : 1e-9) : NAN;
 done:
   free(P), free(S), free(in), free(out), free(aux), free(ws), free(dout), free(din), free(dP);
   free(labels);

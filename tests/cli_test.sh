@@ -32,8 +32,10 @@ expect_fail() {
 expect_ok() {
   local name=$1 want=$2
   shift 2
-  if ! "$@" >"$tmp/out" 2>"$tmp/err"; then
-    echo "FAIL $name: exit status $?"; cat "$tmp/err"; fails=$((fails + 1)); return
+  local status=0
+  "$@" >"$tmp/out" 2>"$tmp/err" || status=$?
+  if [ "$status" -ne 0 ]; then
+    echo "FAIL $name: exit status $status"; cat "$tmp/err"; fails=$((fails + 1)); return
   fi
   if ! grep -qF -- "$want" "$tmp/out"; then
     echo "FAIL $name: stdout lacks '$want':"; cat "$tmp/out"; fails=$((fails + 1)); return
