@@ -197,6 +197,11 @@ static const key keys[] = {
     ROW_DOUBLE("replan.caution", replan_caution, "0.1", 0, false, 10, false,
                "With partition predicted: a new plan counts every (device, layer) pair that has "
                "not run yet this fraction slower than the predictor says (its first-check error)."),
+    ROW_BOOL("replan.probe", replan_probe, "true",
+             "With partition predicted: before a re-plan moves layers onto a device that never "
+             "ran them, that device times them (one micro-batch, forward and backward, 3 runs; "
+             "the pause is charged to the run's clock) and the plan is weighed again; when the "
+             "pause would be small against the plan's gain over the remaining iterations."),
     ROW_ENUM("clock", clock, "virtual", clocks,
              "virtual (emulated device time), wall (sleep to device time), none (real hardware)."),
     ROW_STRING("calibration", calibration, "auto", 1,

@@ -241,6 +241,25 @@ else
   echo "FAIL first-stage-moves: stage 0 on '$first'"; cat "$tmp/out"
   paste <(losses "$tmp/r0-static.h5") <(losses "$tmp/r0.h5"); fails=$((fails + 1))
 fi
+# Partition predicted: before a re-plan moves layers onto a device that
+# never ran them, that device times them (replan.probe); the pause leaves
+# the numerics alone.
+mpi 4 "$baton" train "${syn[@]}" "${ro[@]}" --set throttle=1:4:50 --set replan.every=2 \
+  --set partition=predicted --set output="$tmp/probe.h5"
+expect_ok $? replan-probes "never ran them; timing them there first"
+if [ "$(losses "$tmp/r0-static.h5")" = "$(losses "$tmp/probe.h5")" ]; then
+  echo "ok   replan-probe-same-losses"
+else
+  echo "FAIL replan-probe-same-losses:"; paste <(losses "$tmp/r0-static.h5") <(losses "$tmp/probe.h5")
+  fails=$((fails + 1))
+fi
+mpi 4 "$baton" train "${syn[@]}" "${ro[@]}" --set throttle=1:4:50 --set replan.every=2 \
+  --set partition=predicted --set replan.probe=false
+if [ $? -eq 0 ] && ! grep -q "timing them there first" "$tmp/out"; then
+  echo "ok   replan-probe-off"
+else
+  echo "FAIL replan-probe-off"; cat "$tmp/out"; fails=$((fails + 1))
+fi
 # device_order: subset. The plan may leave devices idle (their ranks wait
 # outside the pipeline) and a re-plan may bring them in or idle others; the
 # losses stay those of the static run. (a) The Orin Nano and rpi4 start

@@ -16,7 +16,7 @@
 #   experiments/replan/run.sh [ITERATIONS]   (BATON=path picks the binary;
 #   MODEL, DEVICES, RANK and PARTITION=predicted|oracle pick the scenario,
 #   ORDER=plan|subset sets device_order (plan: every device runs a stage),
-#   CAUTION sets replan.caution)
+#   CAUTION sets replan.caution, PROBE=false turns replan.probe off)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/common.sh
@@ -37,7 +37,7 @@ run() { # EVERY
     --set iterations="$iters" --set throttle="$rank:20:2" \
     --set replan.every="$1" --set output="$out/every$1.h5" --set progress=never \
     --set device_order="$order" \
-    ${CAUTION:+--set replan.caution="$CAUTION"} |
+    ${CAUTION:+--set replan.caution="$CAUTION"} ${PROBE:+--set replan.probe="$PROBE"} |
     grep -E "^(plan|re-plan|pipeline)" || true
 }
 throughput() { # FILE RANGE -> samples/s

@@ -139,6 +139,10 @@ typedef struct bt_config {
    * new plan would run for the first time count this fraction slower than
    * predicted when it is weighed against the current plan. Default 0.1. */
   double replan_caution;
+  /* replan.probe: with partition predicted, a re-plan that would move layers
+   * onto a device that never ran them has that device time them first
+   * (charged to the clock) and weighs the plans again. Default true. */
+  bool replan_probe;
   /* clock: "virtual" (emulated device time), "wall" (sleep to device time) or
    * "none" (real hardware, no emulation). Default "virtual". */
   char clock[BT_CONFIG_ENUM_MAX];

@@ -232,44 +232,51 @@ static int gather_probes(run *r, bt_err *err) {
   return 0;
 }
 
-/* partition profiled (PipeDream): every rank times every layer of the model
- * on its own device, one rank after the other, and all get the figures
- * ([size][2 * L] device seconds per micro-batch). Under the emulated clocks
- * the host times come through the calibration store and each rank's device
- * model; under `none` they are the device's own. */
-static int gather_profiles(run *r, double **out, bt_err *err) {
+/* Times layers [first, first + count) of the model on this rank's device at
+ * `iteration` (its throttling then), device seconds per micro-batch. Under
+ * the emulated clocks the host times come through the calibration store and
+ * the device's model; under `none` they are the device's own. */
+static int time_layers(const run *r, int first, int count, long iteration, int repeats, double *fwd,
+                       double *bwd, bt_err *err) {
   const bt_config *c = r->cfg;
-  const int L = r->model.n_layers, mb = c->batch_size / c->micro_batches;
-  const int raw = strcmp(c->clock, "none") == 0;
+  const int mb = c->batch_size / c->micro_batches, raw = strcmp(c->clock, "none") == 0;
+  const bt_calib_options o = {.repeats = repeats,
+                              .ref_seconds = r->dev.host_reference_s,
+                              .seed = c->seed,
+                              .batch_size = c->batch_size,
+                              .store = r->calib_path[0] ? r->calib_path : NULL,
+                              .host = r->calib_host};
+  bt_calib_result res;
+  bt_stage st;
+  if (bt_stage_init(&st, &r->model, first, first + count, mb, 1, c->seed, err) < 0)
+    return -1;
+  const int rc = bt_calib_stage(&st, &r->model, mb, &o, fwd, bwd, &res, err);
+  bt_stage_free(&st);
+  for (int k = 0; rc == 0 && !raw && k < count; k++) {
+    const bt_layer *y = &r->model.layers[first + k];
+    fwd[k] =
+        bt_device_layer_mapped(&r->dev.dev, &r->dev.host, y, mb, BT_PASS_FWD, fwd[k], iteration)
+            .total;
+    bwd[k] = bt_device_layer_mapped(&r->dev.dev, &r->dev.host, y, mb,
+                                    bt_pass_backward_of(y, first + k), bwd[k], iteration)
+                 .total;
+  }
+  return rc;
+}
+
+/* partition profiled (PipeDream): every rank times every layer of the model
+ * on its own device, one rank after the other (ranks may share cores), and
+ * all get the figures ([size][2 * L] device seconds per micro-batch). */
+static int gather_profiles(run *r, double **out, bt_err *err) {
+  const int L = r->model.n_layers;
   double *mine = malloc(2 * (size_t)L * sizeof(double));
   double *all = malloc(2 * (size_t)L * (size_t)r->size * sizeof(double));
   int ok = mine && all;
   if (!ok)
     bt_err_set(err, "rank %d: out of memory for the profile", r->rank);
   for (int t = 0; t < r->size; t++) {
-    if (t == r->rank && ok) {
-      bt_stage st;
-      const bt_calib_options o = {.repeats = 20,
-                                  .ref_seconds = r->dev.host_reference_s,
-                                  .seed = c->seed,
-                                  .batch_size = c->batch_size,
-                                  .store = r->calib_path[0] ? r->calib_path : NULL,
-                                  .host = r->calib_host};
-      bt_calib_result res;
-      ok = bt_stage_init(&st, &r->model, 0, L, mb, 1, c->seed, err) == 0;
-      if (ok) {
-        ok = bt_calib_stage(&st, &r->model, mb, &o, mine, mine + L, &res, err) == 0;
-        bt_stage_free(&st);
-      }
-      for (int l = 0; ok && !raw && l < L; l++) {
-        const bt_layer *y = &r->model.layers[l];
-        mine[l] =
-            bt_device_layer_mapped(&r->dev.dev, &r->dev.host, y, mb, BT_PASS_FWD, mine[l], 0).total;
-        mine[L + l] = bt_device_layer_mapped(&r->dev.dev, &r->dev.host, y, mb,
-                                             bt_pass_backward_of(y, l), mine[L + l], 0)
-                          .total;
-      }
-    }
+    if (t == r->rank && ok)
+      ok = time_layers(r, 0, L, 0, 20, mine, mine + L, err) == 0;
     bt_mpi_quiet_barrier(r->comm);
   }
   if (agree(r->comm, ok) < 0) {
@@ -775,6 +782,51 @@ static int obeys(const bt_plan *p, freedom f, int n) {
   return 1;
 }
 
+/* The layers a plan would put on devices that never ran them: device
+ * (position) d times layers [first[d], end[d]) before the plans are weighed
+ * again (first == end: nothing new there). */
+typedef struct replan_probe {
+  int first[BT_CONFIG_DEVICES_MAX], end[BT_CONFIG_DEVICES_MAX];
+} replan_probe;
+
+/* Fills `probe` with plan p's layer-device pairs that never ran (no
+ * measured ratio); 1 when there are any. */
+static int new_pairs(const cli_planner *pl, const bt_plan *p, replan_probe *probe) {
+  const int L = pl->n_layers;
+  int any = 0;
+  memset(probe, 0, sizeof *probe);
+  for (int s = 0; s < p->n_stages; s++) {
+    const int d = p->device[s];
+    for (int l = p->first[s]; l < p->first[s + 1]; l++) {
+      if (isfinite(pl->ratio_fwd[d * L + l]) && isfinite(pl->ratio_bwd[d * L + l]))
+        continue;
+      if (probe->first[d] == probe->end[d])
+        probe->first[d] = l;
+      probe->end[d] = l + 1;
+      any = 1;
+    }
+  }
+  return any;
+}
+
+/* Runs of each layer when a device times new layers: a warm-up and two
+ * timed runs, the minimum kept (the runtime's own measurements refine it). */
+enum { PROBE_RUNS = 3 };
+
+/* The pause `probe` would take under the planner's view: its slowest
+ * device's runs. */
+static double probe_pause(const cli_planner *pl, const replan_probe *probe) {
+  const int L = pl->n_layers;
+  double pause = 0;
+  for (int d = 0; d < pl->n_devices; d++) {
+    double t = 0;
+    for (int l = probe->first[d]; l < probe->end[d]; l++)
+      t += PROBE_RUNS * (pl->view_fwd[d * L + l] + pl->view_bwd[d * L + l]);
+    pause = fmax(pause, t);
+  }
+  return pause;
+}
+
 /* Rank 0's re-planning decision after iteration `step`: the predictor
  * learns from the measured layer times (partition predicted) or the true
  * times move to the next iteration (oracle); a new search; re-cut when the
@@ -785,13 +837,17 @@ static int obeys(const bt_plan *p, freedom f, int n) {
  * stage); with subset it may also bring idle devices in or leave stages'
  * devices idle (never the lead's). The new plan runs stage s on the process
  * of current position order[s] (*n_stages stages; the rest of order are the
- * idle positions). */
+ * idle positions). Returns 1 to re-cut, 0 to keep the plan, and 2 (only
+ * with `probe`, partition predicted) when the winning plan puts layers on
+ * devices that never ran them: `probe` then says which, to be timed there
+ * before a second call (lf = NULL: nothing new to learn) decides. */
 static int decide_replan(run *r, long step, long remaining, const double *lf, const double *lb,
-                         int *n_stages, int *cuts, int *order, double *fig, bt_err *err) {
+                         replan_probe *probe, int *n_stages, int *cuts, int *order, double *fig,
+                         bt_err *err) {
   const bt_config *c = r->cfg;
   cli_planner *pl = r->planner;
   const int S = r->stages, N = r->size, predicted = strcmp(c->partition, "predicted") == 0;
-  if (predicted) {
+  if (predicted && lf) {
     if (r->log && log_predictor(r, step, lf, lb, err) < 0)
       return -1;
     for (int d = 0; d < S; d++)
@@ -873,6 +929,11 @@ static int decide_replan(run *r, long step, long remaining, const double *lf, co
   if ((same_order && memcmp(cur.first, nxt.first, sizeof(int) * (size_t)(S + 1)) == 0) ||
       !(gain > c->replan_threshold * cur.iter_time))
     return 0;
+  /* Timing the new pairs first pays when the pause is small against what
+   * the plan stakes over the remaining iterations. */
+  if (predicted && probe && new_pairs(pl, &nxt, probe) &&
+      probe_pause(pl, probe) < gain * (double)remaining)
+    return 2;
   *n_stages = nxt.n_stages;
   memcpy(cuts, nxt.first, sizeof(int) * (size_t)(nxt.n_stages + 1));
   complete_order(nxt.device, nxt.n_stages, N, order);
@@ -1006,6 +1067,65 @@ static int migrate(run *r, int S, const int *cuts, const int *order, double migr
   return rc;
 }
 
+/* The devices of `probe` time their new layers (one rank after the other:
+ * ranks may share cores; PROBE_RUNS runs, as a device would), the
+ * lead's predictor learns from the figures, and the pause (the slowest
+ * device's runs) is charged to every rank's clock. */
+static int run_probe(run *r, long step, const replan_probe *probe, bt_err *err) {
+  const int L = r->model.n_layers, lead = r->rank == r->lead;
+  const int first = probe->first[r->rank], count = probe->end[r->rank] - first;
+  double *mine = calloc(2 * (size_t)L, sizeof(double));
+  double *all = lead ? calloc(2 * (size_t)L * (size_t)r->size, sizeof(double)) : NULL;
+  int ok = mine && (!lead || all);
+  if (!ok)
+    bt_err_set(err, "rank %d: out of memory for the re-plan probe", r->rank);
+  for (int t = 0; t < r->size; t++) {
+    if (t == r->rank && ok && count > 0)
+      ok = time_layers(r, first, count, step + 1, PROBE_RUNS - 1, mine + first, mine + L + first,
+                       err) == 0;
+    bt_mpi_quiet_barrier(r->comm);
+  }
+  double cost = 0, pause = 0;
+  for (int k = 0; k < count; k++)
+    cost += PROBE_RUNS * (mine[first + k] + mine[L + first + k]);
+  if (agree(r->comm, ok) < 0) {
+    free(mine), free(all);
+    return -1;
+  }
+  MPI_Gather(mine, 2 * L, MPI_DOUBLE, all, 2 * L, MPI_DOUBLE, r->lead, r->comm);
+  MPI_Allreduce(&cost, &pause, 1, MPI_DOUBLE, MPI_MAX, r->comm);
+  free(mine);
+  int rc = 0;
+  if (lead) {
+    printf("re-plan check after iteration %ld: the best plan puts layers on devices that never "
+           "ran them; timing them there first (%.3f s of device time):",
+           step + 1, pause);
+    for (int d = 0; d < r->size; d++)
+      if (probe->end[d] > probe->first[d])
+        printf(" %s layers %d-%d", r->cfg->devices[r->stage_device[d]], probe->first[d] + 1,
+               probe->end[d]);
+    printf("\n");
+    fflush(stdout);
+    for (int d = 0; rc == 0 && d < r->size; d++) {
+      const int a = probe->first[d], n = probe->end[d] - a;
+      const double *f = all + (size_t)d * 2 * L;
+      if (n > 0 && cli_planner_learn(r->planner, d, a, n, f + a, f + L + a, err) < 0)
+        rc = -1;
+    }
+  }
+  free(all);
+  if (agree(r->comm, rc == 0) < 0)
+    return -1;
+  if (strcmp(r->cfg->clock, "none") != 0) { /* real hardware: the pause is on the wall clock */
+    double now = r->pipe ? bt_pipeline_clock(r->pipe) : 0, t;
+    MPI_Allreduce(&now, &t, 1, MPI_DOUBLE, MPI_MAX, r->comm);
+    if (r->pipe)
+      bt_pipeline_set_clock(r->pipe, t + pause);
+    r->pending_migration += pause;
+  }
+  return 0;
+}
+
 /* Re-planning every replan.every iterations (partition predicted or oracle). */
 static int maybe_replan(run *r, long step, long total_steps, bt_err *err) {
   const bt_config *c = r->cfg;
@@ -1022,17 +1142,31 @@ static int maybe_replan(run *r, long step, long total_steps, bt_err *err) {
   }
   int decision = 0, S = r->stages, cuts[BT_CONFIG_DEVICES_MAX + 1], order[BT_CONFIG_DEVICES_MAX];
   double fig[3 + BT_CONFIG_DEVICES_MAX];
+  replan_probe probe;
+  memset(&probe, 0, sizeof probe);
   bt_err derr = {{0}};
+  /* Planning trouble keeps the current plan. */
+  const char *trouble = "baton train: warning: re-planning after iteration %ld failed: %s\n";
   if (r->rank == r->lead && lf && lb) {
-    decision = decide_replan(r, step, remaining, lf, lb, &S, cuts, order, fig, &derr);
-    if (decision < 0) { /* planning trouble keeps the current plan */
-      fprintf(stderr, "baton train: warning: re-planning after iteration %ld failed: %s\n",
-              step + 1, derr.msg);
-      decision = 0;
-    }
+    decision = decide_replan(r, step, remaining, lf, lb, c->replan_probe ? &probe : NULL, &S, cuts,
+                             order, fig, &derr);
+    if (decision < 0)
+      fprintf(stderr, trouble, step + 1, derr.msg), decision = 0;
   }
   free(lf), free(lb);
   MPI_Bcast(&decision, 1, MPI_INT, r->lead, r->comm);
+  if (decision == 2) {
+    MPI_Bcast(&probe, (int)sizeof probe, MPI_BYTE, r->lead, r->comm);
+    if (run_probe(r, step, &probe, err) < 0)
+      return -1;
+    decision = 0;
+    if (r->rank == r->lead) {
+      decision = decide_replan(r, step, remaining, NULL, NULL, NULL, &S, cuts, order, fig, &derr);
+      if (decision < 0)
+        fprintf(stderr, trouble, step + 1, derr.msg), decision = 0;
+    }
+    MPI_Bcast(&decision, 1, MPI_INT, r->lead, r->comm);
+  }
   if (!decision)
     return 0;
   MPI_Bcast(&S, 1, MPI_INT, r->lead, r->comm);
@@ -1052,7 +1186,7 @@ static int maybe_replan(run *r, long step, long total_steps, bt_err *err) {
   }
   if (migrate(r, S, cuts, order, fig[2], err) < 0)
     return -1;
-  r->pending_migration = fig[2];
+  r->pending_migration += fig[2]; /* after any probe pause */
   r->plan_iter = fig[0];
   r->plan_true = fig[1];
   for (int s = 0; s < S; s++)
