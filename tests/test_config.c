@@ -56,6 +56,7 @@ static const char *const all_keys[] = {
     "replan.every",
     "replan.threshold",
     "replan.caution",
+    "replan.probe",
     "links.bandwidth_mbps",
     "links.latency_ms",
     "links.jitter_ms",
