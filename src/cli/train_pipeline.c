@@ -1116,7 +1116,9 @@ static int run_probe(run *r, long step, const replan_probe *probe, bt_err *err) 
   free(all);
   if (agree(r->comm, rc == 0) < 0)
     return -1;
-  if (strcmp(r->cfg->clock, "none") != 0) { /* real hardware: the pause is on the wall clock */
+  /* The emulated clocks are charged the pause; under `none` (real
+   * hardware) the wall clock already holds it. */
+  if (strcmp(r->cfg->clock, "none") != 0) {
     double now = r->pipe ? bt_pipeline_clock(r->pipe) : 0, t;
     MPI_Allreduce(&now, &t, 1, MPI_DOUBLE, MPI_MAX, r->comm);
     if (r->pipe)
