@@ -387,10 +387,15 @@ int cli_planner_learn(cli_planner *pl, int d, int first, int count, const double
   int n = 0;
   for (int k = 0; k < count; k++) {
     const bt_layer *y = &pl->model->layers[first + k];
+    /* Under the emulated clocks a device's time is the calibrated host time
+     * mapped through its model: the head learns against that host time. */
+    const double hf = pl->raw_heads ? 0 : pl->host_fwd[first + k],
+                 hb = pl->raw_heads ? 0 : pl->host_bwd[first + k];
     if (fwd[k] > 0 && isfinite(fwd[k]))
-      s[n++] = (bt_pred_sample){y, pl->micro_batch, BT_PASS_FWD, fwd[k]};
+      s[n++] = (bt_pred_sample){y, pl->micro_batch, BT_PASS_FWD, fwd[k], hf > 0 ? hf : 0};
     if (bwd[k] > 0 && isfinite(bwd[k]))
-      s[n++] = (bt_pred_sample){y, pl->micro_batch, bt_pass_backward_of(y, first + k), bwd[k]};
+      s[n++] = (bt_pred_sample){y, pl->micro_batch, bt_pass_backward_of(y, first + k), bwd[k],
+                                hb > 0 ? hb : 0};
   }
   int rc = n ? bt_predictor_update(pl->predictor, pl->head[d], s, n, err) : 0;
   free(s);
@@ -461,7 +466,8 @@ static void probe_device_times(const bt_profile *probe, const bt_device *host, c
 }
 
 int cli_probe_times(const char *store, const char *host_key, const bt_device *host,
-                    const bt_device *dev, double *fwd, double *bwd, int *n, bt_err *err) {
+                    const bt_device *dev, double *fwd, double *bwd, double *host_fwd,
+                    double *host_bwd, int *n, bt_err *err) {
   bt_profile probe;
   memset(&probe, 0, sizeof probe);
   int rc = bt_profile_probe_set(&probe, err);
@@ -471,6 +477,8 @@ int cli_probe_times(const char *store, const char *host_key, const bt_device *ho
     rc = probe_host_times(store, host_key, host, &probe, err);
   if (rc == 0) {
     probe_device_times(&probe, host, dev, fwd, bwd);
+    for (int i = 0; i < probe.n; i++) /* raw: the device's own times, no host time */
+      host_fwd[i] = dev ? probe.e[i].host_fwd : 0, host_bwd[i] = dev ? probe.e[i].host_bwd : 0;
     *n = probe.n;
   }
   bt_profile_free(&probe);
@@ -479,21 +487,25 @@ int cli_probe_times(const char *store, const char *host_key, const bt_device *ho
 
 /* Device d's probe samples: measured by its rank (probe_given) or the probe
  * set's host times mapped through d's model, as the emulated device would
- * time them. */
+ * time them; with the host times they map (none for raw heads). */
 static int probe_samples(cli_planner *pl, const bt_profile *probe, int d, bt_pred_sample *s) {
-  double f[CLI_PROBES_MAX], b[CLI_PROBES_MAX];
+  double f[CLI_PROBES_MAX], b[CLI_PROBES_MAX], hf[CLI_PROBES_MAX], hb[CLI_PROBES_MAX];
+  const size_t n = (size_t)probe->n, bytes = sizeof(double) * n;
   if (pl->probe_given && pl->probe_given_n == probe->n) {
-    memcpy(f, pl->probe_given + (size_t)d * 2 * probe->n, sizeof(double) * (size_t)probe->n);
-    memcpy(b, pl->probe_given + (size_t)d * 2 * probe->n + probe->n,
-           sizeof(double) * (size_t)probe->n);
+    const double *mine = pl->probe_given + (size_t)d * 4 * n;
+    memcpy(f, mine, bytes), memcpy(b, mine + n, bytes);
+    memcpy(hf, mine + 2 * n, bytes), memcpy(hb, mine + 3 * n, bytes);
   } else {
     probe_device_times(probe, &pl->host, &pl->dev[d], f, b);
+    for (size_t i = 0; i < n; i++)
+      hf[i] = probe->e[i].host_fwd, hb[i] = probe->e[i].host_bwd;
   }
   double device_s = 0;
   for (int i = 0; i < probe->n; i++) {
     const bt_profile_entry *e = &probe->e[i];
-    s[2 * i] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_FWD, f[i]};
-    s[2 * i + 1] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_BWD, b[i]};
+    const int known = !pl->raw_heads && hf[i] > 0 && hb[i] > 0;
+    s[2 * i] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_FWD, f[i], known ? hf[i] : 0};
+    s[2 * i + 1] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_BWD, b[i], known ? hb[i] : 0};
     device_s += 6 * (f[i] + b[i]); /* 5 repeats + warm-up */
   }
   /* The devices probe at once: the slowest one's time is what the run waits

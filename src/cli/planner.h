@@ -67,10 +67,11 @@ typedef struct cli_planner {
   char head[BT_PLAN_MAX_DEVICES][96]; /* predictor head of device d: "rankD:NAME" */
   long truth_iteration;               /* iteration the true times describe */
   char store[4096], host_key[512];    /* calibration store ("" = none) and its host key */
-  /* Probe times measured by the ranks themselves ([D][2 * n]: forward and
-   * backward device seconds of each probe layer; NULL = the planner times
-   * them through the device models), and whether the heads are raw (real
-   * hardware, clock none). Set before cli_planner_predict. */
+  /* Probe times measured by the ranks themselves ([D][4 * n]: forward and
+   * backward device seconds of each probe layer, then the host seconds they
+   * map, 0 under clock none; NULL = the planner times them through the
+   * device models), and whether the heads are raw (real hardware, clock
+   * none). Set before cli_planner_predict. */
   const double *probe_given;
   int probe_given_n, raw_heads;
 } cli_planner;
@@ -95,9 +96,11 @@ enum { CLI_PROBES_MAX = 16 };
 /* The probe set (bt_profile_probe_set) timed on this process: host times
  * from the calibration store `store` when it holds them (else measured,
  * minimum of 5, and added), mapped through `dev` (NULL: raw host times, the
- * device itself). fwd and bwd get n <= CLI_PROBES_MAX entries. */
+ * device itself). fwd and bwd get n <= CLI_PROBES_MAX device seconds,
+ * host_fwd and host_bwd the host seconds they map (0 when dev is NULL). */
 int cli_probe_times(const char *store, const char *host_key, const bt_device *host,
-                    const bt_device *dev, double *fwd, double *bwd, int *n, bt_err *err);
+                    const bt_device *dev, double *fwd, double *bwd, double *host_fwd,
+                    double *host_bwd, int *n, bt_err *err);
 
 /* Adds the experiment's `throttle:` entries for `rank` to its device
  * profile (n = devices in the experiment); a malformed entry is an error. */

@@ -208,26 +208,28 @@ static int gather_probes(run *r, bt_err *err) {
   const bt_config *c = r->cfg;
   if (strcmp(c->partition, "predicted") != 0)
     return 0;
-  double mine[2 * CLI_PROBES_MAX];
+  double mine[4 * CLI_PROBES_MAX];
   int n = 0, ok = 1;
   const int raw = strcmp(c->clock, "none") == 0;
   for (int t = 0; t < r->size; t++) {
     if (t == r->rank)
       ok = cli_probe_times(r->calib_path[0] ? r->calib_path : NULL, r->calib_host, &r->dev.host,
-                           raw ? NULL : &r->dev.dev, mine, mine + CLI_PROBES_MAX, &n, err) == 0;
+                           raw ? NULL : &r->dev.dev, mine, mine + CLI_PROBES_MAX,
+                           mine + 2 * CLI_PROBES_MAX, mine + 3 * CLI_PROBES_MAX, &n, err) == 0;
     bt_mpi_quiet_barrier(r->comm);
   }
   if (agree(r->comm, ok) < 0)
     return -1;
   int n_max = n;
   MPI_Allreduce(&n, &n_max, 1, MPI_INT, MPI_MAX, r->comm);
-  double packed[2 * CLI_PROBES_MAX];
-  memcpy(packed, mine, sizeof(double) * (size_t)n);
-  memcpy(packed + n, mine + CLI_PROBES_MAX, sizeof(double) * (size_t)n);
-  r->probes = malloc(sizeof(double) * 2 * (size_t)n_max * (size_t)r->size + 1);
+  /* [device fwd, device bwd, host fwd, host bwd] x n per rank. */
+  double packed[4 * CLI_PROBES_MAX];
+  for (int q = 0; q < 4; q++)
+    memcpy(packed + q * n, mine + q * CLI_PROBES_MAX, sizeof(double) * (size_t)n);
+  r->probes = malloc(sizeof(double) * 4 * (size_t)n_max * (size_t)r->size + 1);
   if (agree(r->comm, r->probes != NULL && n == n_max) < 0)
     return bt_err_set(err, "rank %d: probe set sizes differ or out of memory", r->rank);
-  MPI_Allgather(packed, 2 * n, MPI_DOUBLE, r->probes, 2 * n, MPI_DOUBLE, r->comm);
+  MPI_Allgather(packed, 4 * n, MPI_DOUBLE, r->probes, 4 * n, MPI_DOUBLE, r->comm);
   r->n_probes = n;
   return 0;
 }
