@@ -1249,11 +1249,6 @@ static int check_samples(const bt_pred_sample *s, int n, bt_err *err) {
                         "predictor: sample %d (%s, batch %d): time %g s; measured times must be "
                         "positive and finite",
                         i, bt_layer_kind_name(s[i].layer->kind), s[i].batch, s[i].seconds);
-    if (!isfinite(s[i].host_seconds) || s[i].host_seconds < 0)
-      return bt_err_set(err,
-                        "predictor: sample %d (%s, batch %d): host time %g s; give a positive "
-                        "finite host time, or 0 when it is not known",
-                        i, bt_layer_kind_name(s[i].layer->kind), s[i].batch, s[i].host_seconds);
   }
   return 0;
 }
@@ -1261,7 +1256,7 @@ static int check_samples(const bt_pred_sample *s, int n, bt_err *err) {
 static fsample *prep_samples(const bt_predictor *p, const bt_pred_sample *in, int n, int raw) {
   fsample *s = malloc((size_t)(n + 1) * sizeof *s);
   for (int i = 0; s && i < n; i++) {
-    prep(p, in[i].layer, in[i].batch, in[i].pass, in[i].host_seconds, &s[i]);
+    prep(p, in[i].layer, in[i].batch, in[i].pass, 0, &s[i]);
     s[i].logy = log(in[i].seconds);
     s[i].raw = raw;
   }

@@ -129,6 +129,14 @@ static const field predictor_fields[] = {
     FIELD(bt_predictor_record, predicted, F_F64), FIELD(bt_predictor_record, measured, F_F64),
 };
 
+static const field probe_fields[] = {
+    FIELD(bt_probe_record, iteration, F_I64), FIELD(bt_probe_record, rank, F_I32),
+    FIELD(bt_probe_record, layer, F_I32),     FIELD(bt_probe_record, batch, F_I32),
+    FIELD(bt_probe_record, pass, F_I32),      FIELD(bt_probe_record, predicted, F_F64),
+    FIELD(bt_probe_record, measured, F_F64),  FIELD(bt_probe_record, host, F_F64),
+    STRFIELD(bt_probe_record, spec),
+};
+
 static const field eval_fields[] = {
     FIELD(bt_eval_record, iteration, F_I64), FIELD(bt_eval_record, epoch, F_I32),
     FIELD(bt_eval_record, loss, F_F64),      FIELD(bt_eval_record, accuracy, F_F64),
@@ -200,7 +208,7 @@ static hid_t compound_type(size_t size, const field *fields, int n, int file) {
   return t;
 }
 
-enum { T_DEVICE, T_LAYER, T_PLAN, T_STAGE, T_EVENT, T_TRAIN, T_EVAL, T_PRED, T_COUNT };
+enum { T_DEVICE, T_LAYER, T_PLAN, T_STAGE, T_EVENT, T_TRAIN, T_EVAL, T_PRED, T_PROBE, T_COUNT };
 
 static const struct {
   size_t size;
@@ -215,6 +223,7 @@ static const struct {
     [T_TRAIN] = {sizeof(bt_train_record), train_fields, NFIELDS(train_fields)},
     [T_EVAL] = {sizeof(bt_eval_record), eval_fields, NFIELDS(eval_fields)},
     [T_PRED] = {sizeof(bt_predictor_record), predictor_fields, NFIELDS(predictor_fields)},
+    [T_PROBE] = {sizeof(bt_probe_record), probe_fields, NFIELDS(probe_fields)},
 };
 
 static hid_t table_type(int table, int file) {
@@ -232,6 +241,7 @@ enum {
   D_TRAIN,
   D_EVAL,
   D_PRED,
+  D_PROBES,
   D_T_ITER,
   D_T_FWD,
   D_T_BWD,
@@ -276,6 +286,13 @@ static const struct {
                 "time rank 0 re-plans (partition predicted)",
                 "predicted, measured: device s per micro-batch on that rank; predicted is the "
                 "prediction before learning from measured"},
+    [D_PROBES] = {"/probes", T_PROBE, 64,
+                  "probe timings the predictor learned from (partition predicted): the probe "
+                  "set on every rank at start-up (iteration -1, layer -1), and the layers a "
+                  "re-plan would put on a rank for the first time (replan.probe)",
+                  "predicted, measured: device s per micro-batch (start-up: per probe layer at "
+                  "its batch); predicted is the prediction before learning from measured; "
+                  "host: host s the device time maps (0: none)"},
     [D_T_ITER] = {"/timing/iteration", -1, 256, "iteration of each row of /timing/fwd and bwd",
                   "iteration number"},
     [D_T_FWD] = {"/timing/fwd", -1, 64, "per-layer forward device time [row, layer]",
@@ -747,6 +764,15 @@ int bt_runlog_append_predictor(bt_runlog *log, size_t n, const bt_predictor_reco
   return rc;
 }
 
+int bt_runlog_append_probes(bt_runlog *log, size_t n, const bt_probe_record *recs, bt_err *err) {
+  if (!log || (n > 0 && !recs))
+    return bt_err_set(err, "bt_runlog_append_probes: bad arguments");
+  bt_h5_quiet q = bt_h5_quiet_begin();
+  int rc = append(log, D_PROBES, log->mem[T_PROBE], n, 1, recs, err);
+  bt_h5_quiet_end(q);
+  return rc;
+}
+
 int bt_runlog_append_train(bt_runlog *log, const bt_train_record *rec, bt_err *err) {
   if (!log || !rec)
     return bt_err_set(err, "bt_runlog_append_train: log and record are required");
@@ -1037,6 +1063,8 @@ static int read_tables(hid_t f, const char *path, bt_runlog_data *d, bt_err *err
     rc = read_table(f, path, D_EVAL, mem[T_EVAL], (void **)&d->eval, &d->n_eval, err);
   if (rc == 0 && H5Lexists(f, "predictor", H5P_DEFAULT) > 0)
     rc = read_table(f, path, D_PRED, mem[T_PRED], (void **)&d->predictor, &d->n_predictor, err);
+  if (rc == 0 && H5Lexists(f, "probes", H5P_DEFAULT) > 0)
+    rc = read_table(f, path, D_PROBES, mem[T_PROBE], (void **)&d->probes, &d->n_probes, err);
   for (int t = 0; t < T_COUNT; t++)
     H5Tclose(mem[t]);
   d->n_layers = n_layers ? (int)n_layers : d->timing_layers;
@@ -1079,6 +1107,7 @@ void bt_runlog_data_free(bt_runlog_data *d) {
   free(d->train);
   free(d->eval);
   free(d->predictor);
+  free(d->probes);
   free(d->device_profile);
   free(d->config_yaml);
   free(d->effective_config_yaml);

@@ -247,6 +247,11 @@ fi
 mpi 4 "$baton" train "${syn[@]}" "${ro[@]}" --set throttle=1:4:50 --set replan.every=2 \
   --set partition=predicted --set output="$tmp/probe.h5"
 expect_ok $? replan-probes "never ran them; timing them there first"
+# The run file keeps what the predictor learned from: 10 probe layers x 2
+# passes on each of the 4 ranks at start-up, and the re-plan probe's layers.
+run "$baton" report "$tmp/probe.h5"
+expect_ok $? probes-logged "probes at start-up: 80 timings on 4 ranks"
+expect_ok 0 replan-probes-logged "re-plan probes: "
 if [ "$(losses "$tmp/r0-static.h5")" = "$(losses "$tmp/probe.h5")" ]; then
   echo "ok   replan-probe-same-losses"
 else

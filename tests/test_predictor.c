@@ -297,8 +297,8 @@ Test(predictor, adapts_to_an_unseen_device_from_ten_probes) {
   for (int i = 0; i < w.s[0].n && np < 20; i++)
     if (strcmp(w.s[0].e[i].source, "probe") == 0) {
       const bt_profile_entry *e = &w.s[0].e[i];
-      probes[np++] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_FWD, e->fwd, 0};
-      probes[np++] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_BWD, e->bwd, 0};
+      probes[np++] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_FWD, e->fwd};
+      probes[np++] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_BWD, e->bwd};
     }
   cr_assert_eq(np, 20);
   int d0 = bt_predictor_adapt(p, "jetson-nano", probes, 0, &err);
@@ -318,55 +318,6 @@ Test(predictor, adapts_to_an_unseen_device_from_ten_probes) {
   cr_assert_lt(bt_predictor_update(p, "jetson-nano", probes, np, &err), 0);
   cr_assert(strstr(err.msg, "sample 3"), "%s", err.msg);
   cr_assert_eq(within(p, d, &w.s[0], 0.10), after);
-  bt_predictor_free(p);
-  free_world(&w);
-}
-
-/* Probes that come with the host times they map: the head learns the
- * device, not the host model's error on the probes. Here the probes' host
- * times are 1.6x what the host model expects (as if the host were busy, or
- * the model wrong on them); the device maps what the host measured. Given
- * those host times the head stays the device's; without them it takes the
- * 1.6x for the device's own speed. */
-Test(predictor, probes_with_their_host_times_do_not_bend_the_head) {
-  world w;
-  make_world(&w);
-  bt_predictor *p;
-  bt_err err = {{0}};
-  cr_assert_eq(bt_predictor_fit(w.s + 1, w.names + 1, N_DEVS, NULL, NULL, &p, &err), 0, "%s",
-               err.msg);
-  bt_device nano, host;
-  cr_assert_eq(bt_device_find("jetson-nano", DATA_DIR, &nano, &err), 0, "%s", err.msg);
-  cr_assert_eq(bt_host_as_device(&w.s[0].host, &host, &err), 0, "%s", err.msg);
-  bt_pred_sample with[20], without[20];
-  int np = 0;
-  for (int i = 0; i < w.s[0].n && np < 20; i++)
-    if (strcmp(w.s[0].e[i].source, "probe") == 0)
-      for (int pass = 0; pass < 2; pass++) {
-        const bt_profile_entry *e = &w.s[0].e[i];
-        const double h = 1.6 * (pass ? e->host_bwd : e->host_fwd);
-        const double y =
-            bt_device_layer_mapped(&nano, &host, &e->layer, e->batch, pass, h, 0).total;
-        with[np] = (bt_pred_sample){&e->layer, e->batch, pass, y, h};
-        without[np++] = (bt_pred_sample){&e->layer, e->batch, pass, y, 0};
-      }
-  cr_assert_eq(np, 20);
-  const int a = bt_predictor_adapt(p, "nano-with-host-times", with, np, &err);
-  cr_assert_geq(a, 0, "%s", err.msg);
-  const int b = bt_predictor_adapt(p, "nano-without", without, np, &err);
-  cr_assert_geq(b, 0, "%s", err.msg);
-  const double share_with = within(p, a, &w.s[0], 0.10),
-               share_without = within(p, b, &w.s[0], 0.10);
-  cr_assert_geq(share_with, 0.85, "with host times: %.1f%% within 10%%", 100 * share_with);
-  cr_assert_lt(share_without, share_with - 0.2, "without: %.1f%%, with: %.1f%%",
-               100 * share_without, 100 * share_with);
-  /* A host time that is not finite or is negative is refused. */
-  with[5].host_seconds = NAN;
-  cr_assert_lt(bt_predictor_adapt(p, "nano-with-host-times", with, np, &err), 0);
-  cr_assert(strstr(err.msg, "host time"), "%s", err.msg);
-  with[5].host_seconds = -1;
-  cr_assert_lt(bt_predictor_update(p, "nano-with-host-times", with, np, &err), 0);
-  cr_assert(strstr(err.msg, "sample 5"), "%s", err.msg);
   bt_predictor_free(p);
   free_world(&w);
 }
@@ -395,8 +346,7 @@ Test(predictor, online_updates_follow_a_slowdown) {
             &set->e[i].layer, 8, pass,
             bt_device_layer_mapped(&d, &host, &set->e[i].layer, 8, pass,
                                    pass ? set->e[i].host_bwd : set->e[i].host_fwd, 0)
-                .total,
-            0};
+                .total};
   cr_assert_gt(n, 10);
   /* One head per rank: a copy of the device's, followed on its own. */
   const int dev = bt_predictor_clone_device(p, "rpi4", "rank2:rpi4", &err);
@@ -642,10 +592,8 @@ Test(predictor, a_real_cpu_with_slower_gemms_is_learnt_from_ten_probes) {
   for (int i = 0; i < h->n && np < 20; i++)
     if (strcmp(h->e[i].source, "probe") == 0) {
       const double f = is_gemm_layer(&h->e[i].layer) ? 3.0 : 1.0;
-      probes[np++] =
-          (bt_pred_sample){&h->e[i].layer, h->e[i].batch, BT_PASS_FWD, f * h->e[i].fwd, 0};
-      probes[np++] =
-          (bt_pred_sample){&h->e[i].layer, h->e[i].batch, BT_PASS_BWD, f * h->e[i].bwd, 0};
+      probes[np++] = (bt_pred_sample){&h->e[i].layer, h->e[i].batch, BT_PASS_FWD, f * h->e[i].fwd};
+      probes[np++] = (bt_pred_sample){&h->e[i].layer, h->e[i].batch, BT_PASS_BWD, f * h->e[i].bwd};
     }
   const int d = bt_predictor_adapt(p, "other-blis", NULL, 0, &err);
   cr_assert_geq(d, 0, "%s", err.msg);

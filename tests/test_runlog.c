@@ -209,9 +209,16 @@ Test(runlog, every_record_kind_round_trips) {
   bt_model m = test_model();
   const char *config = "# experiment\nmodel: mlp   # trailing comment\nnote: \"ünïcode ✓\"\n";
   bt_runlog *log = open_run(path, &m, config);
+  bt_err err;
+  /* A start-up probe and a re-plan probe, and a predictor check. */
+  const bt_probe_record probes[2] = {
+      {-1, 1, -1, 16, 0, 2.5e-3, 3e-3, 4e-4, "conv2d@16x16x64:out=64,k=3x3,s=1,p=1"},
+      {4, 0, 2, 4, 1, 1e-4, 1.25e-4, 0, "dense@1x1x400:units=120"}};
+  const bt_predictor_record check = {4, 1, 2, 1, 2e-4, 2.5e-4};
+  cr_assert_eq(bt_runlog_append_probes(log, 2, probes, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_runlog_append_predictor(log, 1, &check, &err), 0, "%s", err.msg);
   for (int it = 0; it < 6; it++)
     write_iteration(log, it, m.n_layers);
-  bt_err err;
   cr_assert_eq(bt_runlog_close(&log, &err), 0, "%s", err.msg);
   cr_assert_null(log);
   cr_expect_eq(bt_runlog_close(&log, &err), 0, "closing NULL is a no-op");
@@ -222,6 +229,18 @@ Test(runlog, every_record_kind_round_trips) {
   check_header(&d, config);
   check_static_records(&d, &m);
   check_iterations(&d, 6, m.n_layers);
+  cr_assert_eq(d.n_probes, 2);
+  const bt_probe_record *q = &d.probes[1];
+  cr_expect(q->iteration == 4 && q->rank == 0 && q->layer == 2 && q->batch == 4 && q->pass == 1);
+  cr_expect(q->predicted == 1e-4 && q->measured == 1.25e-4 && q->host == 0);
+  cr_expect_eq(d.probes[0].iteration, -1);
+  cr_expect_eq(d.probes[0].host, 4e-4);
+  cr_expect_str_eq(d.probes[0].spec, probes[0].spec);
+  cr_expect_str_eq(d.probes[1].spec, "dense@1x1x400:units=120");
+  cr_assert_eq(d.n_predictor, 1);
+  const bt_predictor_record *c = &d.predictor[0];
+  cr_expect(c->iteration == 4 && c->rank == 1 && c->layer == 2 && c->pass == 1);
+  cr_expect(c->predicted == check.predicted && c->measured == check.measured);
   bt_runlog_data_free(&d);
   bt_runlog_data_free(&d); /* idempotent */
   bt_model_free(&m);

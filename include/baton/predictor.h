@@ -52,12 +52,6 @@ typedef struct bt_pred_sample {
   int batch;
   bt_pass pass;
   double seconds; /* > 0, finite */
-  /* Optional: the same pass timed on the base host (> 0), when it is known --
-   * an emulated device's time is a host time mapped through the device
-   * model, and the runtime measures that host time. The head is then fitted
-   * against it instead of the host model's prediction, so that the host
-   * model's error on the probes does not bend the head. 0: predicted. */
-  double host_seconds;
 } bt_pred_sample;
 
 typedef struct bt_predictor_options {

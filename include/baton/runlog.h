@@ -122,6 +122,22 @@ typedef struct bt_predictor_record {
   double predicted, measured;
 } bt_predictor_record;
 
+/* One probe timing: a layer a rank timed so that the predictor learns its
+ * device (partition predicted) -- the probe set at start-up (iteration -1,
+ * layer -1) or, before a re-plan is weighed (replan.probe), a model layer
+ * the new plan would put on the rank for the first time. */
+typedef struct bt_probe_record {
+  int64_t iteration; /* -1: start-up probe set; else the re-plan check's iteration */
+  int32_t rank;
+  int32_t layer;    /* 0-based model layer; -1 for the start-up probe set */
+  int32_t batch;    /* samples the layer ran on */
+  int32_t pass;     /* 0 forward, 1 backward */
+  double predicted; /* device s, what the predictor said before learning from it */
+  double measured;  /* device s */
+  double host;      /* host s the device time maps (emulated clocks); 0: none */
+  char spec[512];   /* the layer (bt_layer_spec_format; BT_LAYER_SPEC_MAX) */
+} bt_probe_record;
+
 int bt_runlog_create(bt_runlog **log, const char *path, const bt_runlog_meta *meta, bt_err *err);
 /* Once per run each. Write the layers before the first plan so that the
  * last stage's end layer is known. */
@@ -138,6 +154,7 @@ int bt_runlog_append_train(bt_runlog *log, const bt_train_record *rec, bt_err *e
 int bt_runlog_append_eval(bt_runlog *log, const bt_eval_record *rec, bt_err *err);
 int bt_runlog_append_predictor(bt_runlog *log, size_t n, const bt_predictor_record *recs,
                                bt_err *err);
+int bt_runlog_append_probes(bt_runlog *log, size_t n, const bt_probe_record *recs, bt_err *err);
 /* Makes everything appended so far durable (end of each iteration). */
 int bt_runlog_flush(bt_runlog *log, bt_err *err);
 /* Flushes and closes; *log becomes NULL. Safe on NULL. */
@@ -173,6 +190,8 @@ typedef struct bt_runlog_data {
   bt_eval_record *eval;
   size_t n_predictor;
   bt_predictor_record *predictor;
+  size_t n_probes; /* /probes (absent in files written before 5 December: 0) */
+  bt_probe_record *probes;
   int n_devices;
   char (*device_profile)[64]; /* [n_devices] */
 

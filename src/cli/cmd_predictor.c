@@ -243,18 +243,14 @@ static int adapt_k(bt_predictor *pr, const char *name, const bt_profile *p, int 
   int slot = bt_predictor_adapt(pr, name, NULL, 0, err);
   if (slot < 0)
     return -1;
-  const int raw = strcmp(p->device, "host") == 0;
-  bt_predictor_set_raw(pr, slot, raw);
+  bt_predictor_set_raw(pr, slot, strcmp(p->device, "host") == 0);
   int rows[64];
   int n = adapt_rows(p, k, order, rows);
   bt_pred_sample s[128];
   for (int j = 0; j < n; j++) {
     const bt_profile_entry *e = &p->e[rows[j]];
-    /* An emulated device's probes come with the host times they map (the
-     * runtime measures those); a real CPU's do not. */
-    s[2 * j] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_FWD, e->fwd, raw ? 0 : e->host_fwd};
-    s[2 * j + 1] =
-        (bt_pred_sample){&e->layer, e->batch, BT_PASS_BWD, e->bwd, raw ? 0 : e->host_bwd};
+    s[2 * j] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_FWD, e->fwd};
+    s[2 * j + 1] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_BWD, e->bwd};
     if (used)
       used[rows[j]] = 1;
   }
@@ -635,8 +631,7 @@ static int run_drift(sets *S, const bt_predictor_options *opt, bt_err *err) {
                                             pass ? e->host_bwd : e->host_fwd, round)
                          .total;
           double q = bt_predictor_predict_dev(pr, dv, &e->layer, 8, pass);
-          /* With the host time the device maps, as the runtime learns. */
-          s[ns++] = (bt_pred_sample){&e->layer, 8, pass, y, pass ? e->host_bwd : e->host_fwd};
+          s[ns++] = (bt_pred_sample){&e->layer, 8, pass, y};
           ps += q, ts += y;
           w10 += fabs(q - y) <= 0.1 * y;
           nl++;

@@ -134,6 +134,41 @@ static void print_predictor(const bt_runlog_data *d) {
          checks, first_err, (long long)first_it, last_err, (long long)last_it);
 }
 
+/* The probe timings the predictor learned from (/probes): start-up probes
+ * and re-plan probes, each with the mean absolute error of the prediction
+ * the predictor made before learning from them. */
+static void print_probes(const bt_runlog_data *d) {
+  if (d->n_probes == 0)
+    return;
+  long n[2] = {0}, checks = 0;
+  double err[2] = {0}, device_s[2] = {0};
+  int64_t last = -2;
+  unsigned long long ranks = 0;
+  for (size_t i = 0; i < d->n_probes; i++) {
+    const bt_probe_record *p = &d->probes[i];
+    const int replan = p->iteration >= 0;
+    if (p->measured > 0) {
+      err[replan] += fabs(p->predicted / p->measured - 1);
+      n[replan]++;
+      device_s[replan] += p->measured;
+    }
+    if (!replan && p->rank >= 0 && p->rank < 64)
+      ranks |= 1ull << p->rank;
+    if (replan && p->iteration != last)
+      checks++, last = p->iteration;
+  }
+  int n_ranks = 0;
+  for (int k = 0; k < 64; k++)
+    n_ranks += (int)((ranks >> k) & 1u);
+  if (n[0])
+    printf("probes at start-up: %ld timings on %d ranks (one run of each: %.3f s of device "
+           "time); mean error of the prediction before learning from them %.1f%%\n",
+           n[0], n_ranks, device_s[0], 100 * err[0] / (double)n[0]);
+  if (n[1])
+    printf("re-plan probes: %ld timings at %ld checks; mean error before learning %.1f%%\n", n[1],
+           checks, 100 * err[1] / (double)n[1]);
+}
+
 /* One line per /train row in [first, last]. */
 static void print_iterations(const bt_runlog_data *d, int64_t first, int64_t last) {
   printf("%9s %10s %9s %14s %12s\n", "iteration", "loss", "accuracy", "iteration s", "bytes sent");
@@ -356,6 +391,7 @@ static int report(const char *path, int64_t first, int64_t last, long window, in
   print_loss(&d, first, last, window);
   print_evals(&d);
   print_predictor(&d);
+  print_probes(&d);
   if (per_iter)
     print_iterations(&d, first, last);
   free(tot.rank);

@@ -85,6 +85,7 @@ void cli_planner_free(cli_planner *pl) {
   free(pl->act_bytes), free(pl->state_bytes), free(pl->stash_bytes), free(pl->flops);
   free(pl->bandwidth), free(pl->latency), free(pl->sub_bandwidth), free(pl->sub_latency);
   bt_predictor_free(pl->predictor);
+  free(pl->probe_log);
   memset(pl, 0, sizeof *pl);
 }
 
@@ -387,15 +388,10 @@ int cli_planner_learn(cli_planner *pl, int d, int first, int count, const double
   int n = 0;
   for (int k = 0; k < count; k++) {
     const bt_layer *y = &pl->model->layers[first + k];
-    /* Under the emulated clocks a device's time is the calibrated host time
-     * mapped through its model: the head learns against that host time. */
-    const double hf = pl->raw_heads ? 0 : pl->host_fwd[first + k],
-                 hb = pl->raw_heads ? 0 : pl->host_bwd[first + k];
     if (fwd[k] > 0 && isfinite(fwd[k]))
-      s[n++] = (bt_pred_sample){y, pl->micro_batch, BT_PASS_FWD, fwd[k], hf > 0 ? hf : 0};
+      s[n++] = (bt_pred_sample){y, pl->micro_batch, BT_PASS_FWD, fwd[k]};
     if (bwd[k] > 0 && isfinite(bwd[k]))
-      s[n++] = (bt_pred_sample){y, pl->micro_batch, bt_pass_backward_of(y, first + k), bwd[k],
-                                hb > 0 ? hb : 0};
+      s[n++] = (bt_pred_sample){y, pl->micro_batch, bt_pass_backward_of(y, first + k), bwd[k]};
   }
   int rc = n ? bt_predictor_update(pl->predictor, pl->head[d], s, n, err) : 0;
   free(s);
@@ -487,8 +483,13 @@ int cli_probe_times(const char *store, const char *host_key, const bt_device *ho
 
 /* Device d's probe samples: measured by its rank (probe_given) or the probe
  * set's host times mapped through d's model, as the emulated device would
- * time them; with the host times they map (none for raw heads). */
-static int probe_samples(cli_planner *pl, const bt_profile *probe, int d, bt_pred_sample *s) {
+ * time them; host[2 * i + pass] gets the host time each maps (0 for raw
+ * heads), for the run file. The predictor learns from the device times
+ * alone: given the host times too, a head stops absorbing how far this
+ * session's host runs from the profiling sets' (measured: `experiments/
+ * partition/run.sh in-order` fell from 36 to 31 of 36 cases within 5%). */
+static int probe_samples(cli_planner *pl, const bt_profile *probe, int d, bt_pred_sample *s,
+                         double *host) {
   double f[CLI_PROBES_MAX], b[CLI_PROBES_MAX], hf[CLI_PROBES_MAX], hb[CLI_PROBES_MAX];
   const size_t n = (size_t)probe->n, bytes = sizeof(double) * n;
   if (pl->probe_given && pl->probe_given_n == probe->n) {
@@ -503,9 +504,9 @@ static int probe_samples(cli_planner *pl, const bt_profile *probe, int d, bt_pre
   double device_s = 0;
   for (int i = 0; i < probe->n; i++) {
     const bt_profile_entry *e = &probe->e[i];
-    const int known = !pl->raw_heads && hf[i] > 0 && hb[i] > 0;
-    s[2 * i] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_FWD, f[i], known ? hf[i] : 0};
-    s[2 * i + 1] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_BWD, b[i], known ? hb[i] : 0};
+    s[2 * i] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_FWD, f[i]};
+    s[2 * i + 1] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_BWD, b[i]};
+    host[2 * i] = pl->raw_heads ? 0 : hf[i], host[2 * i + 1] = pl->raw_heads ? 0 : hb[i];
     device_s += 6 * (f[i] + b[i]); /* 5 repeats + warm-up */
   }
   /* The devices probe at once: the slowest one's time is what the run waits
@@ -585,24 +586,45 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
     rc = probe_host_times(pl->store, pl->host_key, &pl->host, &probe, err);
   if (rc == 0 && !(samples = calloc(2 * (size_t)probe.n + 1, sizeof *samples)))
     rc = bt_err_set(err, "out of memory for probe samples");
+  free(pl->probe_log);
+  pl->n_probe_log = 0;
+  if (rc == 0 &&
+      !(pl->probe_log = calloc(2 * (size_t)probe.n * (size_t)D + 1, sizeof *pl->probe_log)))
+    rc = bt_err_set(err, "out of memory for probe records");
   for (int d = 0; rc == 0 && d < D; d++) {
     /* One head per rank, so that each rank's throttling is followed apart. */
     snprintf(pl->head[d], sizeof pl->head[d], "rank%d:%s", d, pl->dev[d].name);
-    const int ns = probe_samples(pl, &probe, d, samples);
-    if (bt_predictor_device(pr, pl->dev[d].name) >= 0) {
-      const int h = bt_predictor_clone_device(pr, pl->dev[d].name, pl->head[d], err);
-      if (h < 0 || (pl->raw_heads && bt_predictor_set_raw(pr, h, 1) < 0) ||
-          bt_predictor_update(pr, pl->head[d], samples, ns, err) < 0)
-        rc = -1;
-    } else if (pl->raw_heads &&
-               (bt_predictor_adapt(pr, pl->head[d], NULL, 0, err) < 0 ||
-                bt_predictor_set_raw(pr, bt_predictor_device(pr, pl->head[d]), 1) < 0)) {
+    double host[2 * CLI_PROBES_MAX];
+    const int ns = probe_samples(pl, &probe, d, samples, host);
+    const int known = bt_predictor_device(pr, pl->dev[d].name) >= 0;
+    /* A device the sets know starts from their head, another one from the
+     * population prior. */
+    const int h = known ? bt_predictor_clone_device(pr, pl->dev[d].name, pl->head[d], err)
+                        : bt_predictor_adapt(pr, pl->head[d], NULL, 0, err);
+    if (h < 0 || (pl->raw_heads && bt_predictor_set_raw(pr, h, 1) < 0)) {
       rc = -1;
-    } else if (bt_predictor_adapt(pr, pl->head[d], samples, ns, err) < 0) {
-      rc = -1;
-    } else {
-      pl->n_adapted++;
+      break;
     }
+    for (int j = 0; j < ns; j++) {
+      const bt_pred_sample *q = &samples[j];
+      bt_probe_record *rec = &pl->probe_log[pl->n_probe_log++];
+      *rec = (bt_probe_record){-1,
+                               d,
+                               -1,
+                               q->batch,
+                               q->pass == BT_PASS_FWD ? 0 : 1,
+                               bt_predictor_predict_dev(pr, h, q->layer, q->batch, q->pass),
+                               q->seconds,
+                               host[j],
+                               ""};
+      snprintf(rec->spec, sizeof rec->spec, "%s", probe.e[j / 2].spec);
+    }
+    if (known)
+      rc = bt_predictor_update(pr, pl->head[d], samples, ns, err) < 0 ? -1 : 0;
+    else if (bt_predictor_adapt(pr, pl->head[d], samples, ns, err) < 0)
+      rc = -1;
+    else
+      pl->n_adapted++;
   }
   free(samples);
   bt_profile_free(&probe);

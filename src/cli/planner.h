@@ -14,6 +14,7 @@
 #include "baton/model.h"
 #include "baton/netem.h"
 #include "baton/partition.h"
+#include "baton/runlog.h"
 
 typedef struct cli_planner {
   const bt_config *cfg;
@@ -74,6 +75,10 @@ typedef struct cli_planner {
    * none). Set before cli_planner_predict. */
   const double *probe_given;
   int probe_given_n, raw_heads;
+  /* The start-up probe timings the predictor learned from, with what it
+   * predicted before (partition predicted; for the run file's /probes). */
+  bt_probe_record *probe_log;
+  size_t n_probe_log;
 } cli_planner;
 
 /* What a partitioner's plan costs and promises. */

@@ -18,6 +18,7 @@
 #include "baton/device.h"
 #include "baton/modelfile.h"
 #include "baton/pipeline.h"
+#include "baton/profile.h"
 #include "baton/runlog.h"
 #include "baton_build.h"
 #include "cli.h"
@@ -611,6 +612,29 @@ static int setup_pipeline(run *r, bt_err *err) {
   return r->stages == r->size ? (ok ? 0 : -1) : agree(r->comm, ok);
 }
 
+/* The start-up probe timings (partition predicted) to /probes. The planner
+ * numbers devices as the experiment lists them; the run file by the stage
+ * each process ran when it was opened. */
+static int log_startup_probes(run *r, bt_err *err) {
+  const cli_planner *pl = r->planner;
+  if (!pl || pl->n_probe_log == 0)
+    return 0;
+  bt_probe_record *rec = malloc(pl->n_probe_log * sizeof *rec);
+  if (!rec)
+    return bt_err_set(err, "out of memory for probe records");
+  for (size_t i = 0; i < pl->n_probe_log; i++) {
+    rec[i] = pl->probe_log[i];
+    for (int k = 0; k < r->size; k++)
+      if (r->stage_device[k] == pl->probe_log[i].rank) {
+        rec[i].rank = r->log_rank[k];
+        break;
+      }
+  }
+  const int rc = bt_runlog_append_probes(r->log, pl->n_probe_log, rec, err);
+  free(rec);
+  return rc;
+}
+
 static int open_runlog(run *r, bt_err *err) {
   const bt_config *c = r->cfg;
   /* Every rank contributes its device to /devices. */
@@ -639,7 +663,8 @@ static int open_runlog(run *r, bt_err *err) {
     ok = bt_runlog_create(&r->log, c->output, &meta, err) == 0 &&
          bt_runlog_write_devices(r->log, r->size, devs, err) == 0 &&
          bt_runlog_write_layers(r->log, &r->model, err) == 0 &&
-         bt_runlog_append_plan(r->log, &plan, err) == 0 && bt_runlog_flush(r->log, err) == 0;
+         bt_runlog_append_plan(r->log, &plan, err) == 0 && log_startup_probes(r, err) == 0 &&
+         bt_runlog_flush(r->log, err) == 0;
     free(effective);
   }
   free(all);
@@ -1069,6 +1094,38 @@ static int migrate(run *r, int S, const int *cuts, const int *order, double migr
   return rc;
 }
 
+/* A re-plan probe's timings on rank d (layers [first, first + n)) to
+ * /probes, with what the predictor said before learning from them. */
+static int log_replan_probe(run *r, long step, int d, int first, int n, const double *fwd,
+                            const double *bwd, bt_err *err) {
+  const cli_planner *pl = r->planner;
+  const int L = r->model.n_layers, raw = strcmp(r->cfg->clock, "none") == 0;
+  bt_probe_record *rec = calloc(2 * (size_t)n, sizeof *rec);
+  if (!rec)
+    return bt_err_set(err, "out of memory for probe records");
+  for (int k = 0; k < n; k++)
+    for (int q = 0; q < 2; q++) {
+      const int l = first + k;
+      bt_probe_record *x = &rec[2 * k + q];
+      *x = (bt_probe_record){step,
+                             r->log_rank[d],
+                             l,
+                             pl->micro_batch,
+                             q,
+                             q ? pl->pred_bwd[d * L + l] : pl->pred_fwd[d * L + l],
+                             q ? bwd[k] : fwd[k],
+                             raw ? 0
+                             : q ? pl->host_bwd[l]
+                                 : pl->host_fwd[l],
+                             ""};
+      if (bt_layer_spec_format(&r->model.layers[l], x->spec, sizeof x->spec) < 0)
+        snprintf(x->spec, sizeof x->spec, "%s", r->model.layers[l].name);
+    }
+  const int rc = bt_runlog_append_probes(r->log, 2 * (size_t)n, rec, err);
+  free(rec);
+  return rc;
+}
+
 /* The devices of `probe` time their new layers (one rank after the other:
  * ranks may share cores; PROBE_RUNS runs, as a device would), the
  * lead's predictor learns from the figures, and the pause (the slowest
@@ -1111,7 +1168,9 @@ static int run_probe(run *r, long step, const replan_probe *probe, bt_err *err) 
     for (int d = 0; rc == 0 && d < r->size; d++) {
       const int a = probe->first[d], n = probe->end[d] - a;
       const double *f = all + (size_t)d * 2 * L;
-      if (n > 0 && cli_planner_learn(r->planner, d, a, n, f + a, f + L + a, err) < 0)
+      if (n > 0 && r->log)
+        rc = log_replan_probe(r, step, d, a, n, f + a, f + L + a, err);
+      if (rc == 0 && n > 0 && cli_planner_learn(r->planner, d, a, n, f + a, f + L + a, err) < 0)
         rc = -1;
     }
   }
