@@ -11,7 +11,7 @@
 enum { MAXD = BT_PLAN_MAX_DEVICES };
 
 /* Largest DP table (states) the search accepts: three floats per state (scalar bounds). */
-#define MAX_DP_STATES (1L << 25)
+#define MAX_DP_STATES (1L << 26)
 
 typedef struct ctx {
   const bt_plan_problem *p;

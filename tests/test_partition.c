@@ -15,7 +15,7 @@
 #define assert_has(msg, needle)                                                                    \
   cr_assert(strstr((msg), (needle)) != NULL, "expected \"%s\" in: %s", (needle), (msg))
 
-enum { ML = 64, MD = 16 };
+enum { ML = 80, MD = 16 };
 
 typedef struct prob {
   bt_plan_problem p;
@@ -483,6 +483,22 @@ Test(partition, required_devices_equal_brute_force) {
   bt_err err = {{0}};
   cr_assert_lt(bt_plan_search(&q.p, &pl, NULL, &err), 0);
   cr_assert(strstr(err.msg, "required_devices"), "%s", err.msg);
+}
+
+/* The exact search's table has layers x 2^devices x devices states: 64
+ * layers on 16 devices (2^26) is the largest it takes; beyond, a clear
+ * error before any table is allocated, and so for the memory-scale DP. */
+Test(partition, a_table_too_large_is_a_clear_error) {
+  prob *q = malloc(sizeof *q);
+  make_random(q, 70, 16, BT_SCHED_1F1B, 8, 0);
+  bt_plan pl;
+  bt_err err = {{0}};
+  cr_assert_lt(bt_plan_search(&q->p, &pl, NULL, &err), 0);
+  assert_has(err.msg, "70 layers x 2^16 device sets x 16 devices is too large");
+  double scale;
+  cr_assert_lt(bt_plan_min_mem_scale(&q->p, &scale, &err), 0);
+  assert_has(err.msg, "too large");
+  free(q);
 }
 
 /* Problems too large for brute force: the scalar and the Pareto bounds,

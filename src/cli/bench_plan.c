@@ -129,7 +129,8 @@ static void usage(FILE *f) {
           "  --seed S         problem seed (default: the seed of tests/test_partition.c)\n"
           "  --bounds B       auto, scalar or pareto (default auto; docs/partition.md)\n"
           "  --max-nodes N    branch-and-bound node budget (default %ld; -1 = unlimited)\n"
-          "  --large          also 32 layers x 16 devices (2^25 DP states, ~0.4 GB)\n",
+          "  --large          also 32 and 50 layers x 16 devices and vgg16 on 16 (up to 2^26\n"
+          "                   DP states, ~0.8 GB)\n",
           BT_PLAN_DEFAULT_NODES);
 }
 
@@ -188,12 +189,13 @@ int bt_cmd_bench_plan(int argc, char **argv) {
     bt_schedule_kind kind;
     int large;
   } cases[] = {
-      {NULL, 50, 8, 8, BT_SCHED_GPIPE, 0},       {NULL, 50, 8, 8, BT_SCHED_1F1B, 0},
-      {NULL, 50, 8, 2, BT_SCHED_1F1B, 0},        {NULL, 16, 16, 8, BT_SCHED_GPIPE, 0},
-      {NULL, 16, 16, 8, BT_SCHED_1F1B, 0},       {NULL, 24, 16, 8, BT_SCHED_GPIPE, 0},
-      {NULL, 24, 16, 8, BT_SCHED_1F1B, 0},       {NULL, 32, 16, 8, BT_SCHED_GPIPE, 1},
-      {NULL, 32, 16, 8, BT_SCHED_1F1B, 1},       {"vgg16", 0, 8, 8, BT_SCHED_1F1B, 0},
-      {"resnet18", 0, 16, 8, BT_SCHED_GPIPE, 0},
+      {NULL, 50, 8, 8, BT_SCHED_GPIPE, 0},   {NULL, 50, 8, 8, BT_SCHED_1F1B, 0},
+      {NULL, 50, 8, 2, BT_SCHED_1F1B, 0},    {NULL, 16, 16, 8, BT_SCHED_GPIPE, 0},
+      {NULL, 16, 16, 8, BT_SCHED_1F1B, 0},   {NULL, 24, 16, 8, BT_SCHED_GPIPE, 0},
+      {NULL, 24, 16, 8, BT_SCHED_1F1B, 0},   {NULL, 32, 16, 8, BT_SCHED_GPIPE, 1},
+      {NULL, 32, 16, 8, BT_SCHED_1F1B, 1},   {NULL, 50, 16, 8, BT_SCHED_GPIPE, 1},
+      {NULL, 50, 16, 8, BT_SCHED_1F1B, 1},   {"vgg16", 0, 8, 8, BT_SCHED_1F1B, 0},
+      {"vgg16", 0, 16, 8, BT_SCHED_1F1B, 1}, {"resnet18", 0, 16, 8, BT_SCHED_GPIPE, 0},
   };
   plan_prob *q = malloc(sizeof *q);
   double *t = malloc((size_t)repeats * sizeof(double));
