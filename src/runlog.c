@@ -754,23 +754,24 @@ int bt_runlog_append_eval(bt_runlog *log, const bt_eval_record *rec, bt_err *err
   return rc;
 }
 
-int bt_runlog_append_predictor(bt_runlog *log, size_t n, const bt_predictor_record *recs,
-                               bt_err *err) {
+/* n rows of a compound table (who: the caller, for the error). */
+static int append_rows(bt_runlog *log, int d, int t, size_t n, const void *recs, const char *who,
+                       bt_err *err) {
   if (!log || (n > 0 && !recs))
-    return bt_err_set(err, "bt_runlog_append_predictor: bad arguments");
+    return bt_err_set(err, "%s: bad arguments", who);
   bt_h5_quiet q = bt_h5_quiet_begin();
-  int rc = append(log, D_PRED, log->mem[T_PRED], n, 1, recs, err);
+  int rc = append(log, d, log->mem[t], n, 1, recs, err);
   bt_h5_quiet_end(q);
   return rc;
 }
 
+int bt_runlog_append_predictor(bt_runlog *log, size_t n, const bt_predictor_record *recs,
+                               bt_err *err) {
+  return append_rows(log, D_PRED, T_PRED, n, recs, "bt_runlog_append_predictor", err);
+}
+
 int bt_runlog_append_probes(bt_runlog *log, size_t n, const bt_probe_record *recs, bt_err *err) {
-  if (!log || (n > 0 && !recs))
-    return bt_err_set(err, "bt_runlog_append_probes: bad arguments");
-  bt_h5_quiet q = bt_h5_quiet_begin();
-  int rc = append(log, D_PROBES, log->mem[T_PROBE], n, 1, recs, err);
-  bt_h5_quiet_end(q);
-  return rc;
+  return append_rows(log, D_PROBES, T_PROBE, n, recs, "bt_runlog_append_probes", err);
 }
 
 int bt_runlog_append_train(bt_runlog *log, const bt_train_record *rec, bt_err *err) {

@@ -190,7 +190,7 @@ typedef struct bt_runlog_data {
   bt_eval_record *eval;
   size_t n_predictor;
   bt_predictor_record *predictor;
-  size_t n_probes; /* /probes (absent in files written before 5 December: 0) */
+  size_t n_probes; /* /probes (absent in older files: 0) */
   bt_probe_record *probes;
   int n_devices;
   char (*device_profile)[64]; /* [n_devices] */
