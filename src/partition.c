@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 enum { MAXD = BT_PLAN_MAX_DEVICES };
 
@@ -683,11 +684,28 @@ static int jmax_of(const bb *t, int d, int r, int i) {
  * States are filled by increasing U (a state only looks at V = U \ {d} < U);
  * G(j) = "enter layer j with set V after a stage on d" (min over the next
  * device e) is shared by all i. */
+/* A table of hundreds of MB, in 2 MiB pages where the kernel allows
+ * (transparent huge pages on request): touching its 4 KiB pages one by one
+ * cost 0.53 s of the 0.82 s fill of 16 layers x 16 devices on the AMD
+ * host (a page fault per 4 KiB). Freed with free(). */
+static void *table_alloc(size_t bytes) {
+  const size_t huge = (size_t)2 << 20;
+  if (bytes < huge)
+    return malloc(bytes);
+  void *p = NULL;
+  if (posix_memalign(&p, huge, (bytes + huge - 1) / huge * huge) != 0)
+    return NULL;
+#ifdef MADV_HUGEPAGE
+  madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE); /* advice: failure is harmless */
+#endif
+  return p;
+}
+
 static int fill_scalar(bb *t, bt_err *err) {
   ctx *c = t->c;
   int L = c->L, D = c->D, m1 = c->M - 1;
   size_t nU = t->nU;
-  t->sc = malloc(t->ns * sizeof(spt));
+  t->sc = table_alloc(t->ns * sizeof(spt));
   double *gp = malloc(3 * ((size_t)L + 1) * sizeof(double)), *gy = gp + L + 1, *gz = gy + L + 1;
   if (!t->sc || !gp) {
     free(gp);
