@@ -483,8 +483,8 @@ int cli_probe_times(const char *store, const char *host_key, const bt_device *ho
 
 /* Device d's probe samples: measured by its rank (probe_given) or the probe
  * set's host times mapped through d's model, as the emulated device would
- * time them; host[2 * i + pass] gets the host time each maps (0 for raw
- * heads), for the run file. The predictor learns from the device times
+ * time them; host[2 * i + pass] gets the host time each maps (0 under
+ * clock none: cli_probe_times), for the run file. The predictor learns from the device times
  * alone: given the host times too, a head stops absorbing how far this
  * session's host runs from the profiling sets' (measured: `experiments/
  * partition/run.sh in-order` fell from 36 to 31 of 36 cases within 5%). */
@@ -506,7 +506,7 @@ static int probe_samples(cli_planner *pl, const bt_profile *probe, int d, bt_pre
     const bt_profile_entry *e = &probe->e[i];
     s[2 * i] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_FWD, f[i]};
     s[2 * i + 1] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_BWD, b[i]};
-    host[2 * i] = pl->raw_heads ? 0 : hf[i], host[2 * i + 1] = pl->raw_heads ? 0 : hb[i];
+    host[2 * i] = hf[i], host[2 * i + 1] = hb[i];
     device_s += 6 * (f[i] + b[i]); /* 5 repeats + warm-up */
   }
   /* The devices probe at once: the slowest one's time is what the run waits
