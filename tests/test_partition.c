@@ -15,7 +15,7 @@
 #define assert_has(msg, needle)                                                                    \
   cr_assert(strstr((msg), (needle)) != NULL, "expected \"%s\" in: %s", (needle), (msg))
 
-enum { ML = 80, MD = 16 };
+enum { ML = 140, MD = 16 };
 
 typedef struct prob {
   bt_plan_problem p;
@@ -490,14 +490,45 @@ Test(partition, required_devices_equal_brute_force) {
  * error before any table is allocated, and so for the memory-scale DP. */
 Test(partition, a_table_too_large_is_a_clear_error) {
   prob *q = malloc(sizeof *q);
-  make_random(q, 70, 16, BT_SCHED_1F1B, 8, 0);
+  make_random(q, 140, 16, BT_SCHED_1F1B, 8, 0);
   bt_plan pl;
   bt_err err = {{0}};
   cr_assert_lt(bt_plan_search(&q->p, &pl, NULL, &err), 0);
-  assert_has(err.msg, "70 layers x 2^16 device sets x 16 devices is too large");
+  assert_has(err.msg, "140 layers on 16 devices need more than 2^26 DP states");
   double scale;
   cr_assert_lt(bt_plan_min_mem_scale(&q->p, &scale, &err), 0);
   assert_has(err.msg, "too large");
+  free(q);
+}
+
+/* The bound fill has a 2-lane and (on AVX2 hosts) a 4-lane version: both
+ * give the same table, so the same search, node for node. Tight memory
+ * exercises the mask of stages that do not fit; odd layer counts the tails. */
+Test(partition, fill_lanes_agree) {
+  prob *q = malloc(sizeof *q);
+  for (int rep = 0; rep < 16; rep++) {
+    int L = 9 + (int)(urand() * 22), D = 3 + (int)(urand() * 6);
+    make_random(q, L, D, rep % 2 ? BT_SCHED_1F1B : BT_SCHED_GPIPE, 1 + rep % 8, rep % 3 == 0);
+    q->p.bounds = BT_PLAN_BOUNDS_SCALAR;
+    q->p.max_nodes = 20000;
+    bt_plan a, b;
+    bt_plan_stats sa, sb;
+    bt_err ea = {{0}}, eb = {{0}};
+    unsetenv("BATON_PLAN_LANES");
+    int ra = bt_plan_search(&q->p, &a, &sa, &ea);
+    setenv("BATON_PLAN_LANES", "2", 1);
+    int rb = bt_plan_search(&q->p, &b, &sb, &eb);
+    unsetenv("BATON_PLAN_LANES");
+    cr_assert_eq(ra, rb, "L=%d D=%d: %s vs %s", L, D, ea.msg, eb.msg);
+    if (ra < 0)
+      continue;
+    cr_assert_eq(sa.nodes, sb.nodes, "L=%d D=%d: %ld vs %ld nodes", L, D, sa.nodes, sb.nodes);
+    cr_assert_eq(sa.lower_bound, sb.lower_bound);
+    cr_assert_eq(a.iter_time, b.iter_time);
+    cr_assert_eq(a.n_stages, b.n_stages);
+    for (int s = 0; s < a.n_stages; s++)
+      cr_assert(a.device[s] == b.device[s] && a.first[s] == b.first[s]);
+  }
   free(q);
 }
 

@@ -107,6 +107,8 @@ typedef struct bt_plan_stats {
   int exact;          /* 1: the search finished, the plan is optimal; 0: the node budget
                          ran out and the plan is the best found (gap: see lower_bound) */
   double lower_bound; /* a proven lower bound on the optimum (= iter_time when exact) */
+  double table_cpu;   /* thread CPU seconds spent building the stage and bound tables
+                         (the rest of the search is the branch and bound) */
 } bt_plan_stats;
 
 /* Checks the problem's shape and values (sizes, finite non-negative times,
