@@ -56,6 +56,16 @@ static size_t dpix_at(const dpix *x, int i, size_t U, int d) {
   return x->row0[U] + rank * row_len(x->L, r) + (size_t)i;
 }
 
+/* Rows (0, V, e) of every e in V (others 0), ranks counted on the way. */
+static void dpix_rows(const dpix *x, size_t V, int D, size_t *rows) {
+  size_t len = row_len(x->L, __builtin_popcount((unsigned)V)), at = x->row0[V];
+  for (int e = 0; e < D; e++)
+    if (V & ((size_t)1 << e))
+      rows[e] = at, at += len;
+    else
+      rows[e] = 0;
+}
+
 static int too_large(int L, int D, bt_err *err) {
   return bt_err_set(err,
                     "partition: %d layers on %d devices need more than 2^26 DP states, "
@@ -1099,8 +1109,7 @@ static int fill_pareto(bb *t, bt_err *err) {
       if (!(U & (1u << d)))
         continue;
       size_t V = U & ~((size_t)1 << d), vrow[MAXD];
-      for (int e = 0; e < D; e++)
-        vrow[e] = (V & (1u << e)) ? sidx(t, 0, V, e) : 0;
+      dpix_rows(&t->ix, V, D, vrow);
       if (r > 1)
         for (int j = 1; j <= L - r + 1; j++) {
           int na = 0;
@@ -1275,8 +1284,7 @@ static void node(bb *t, int depth, int i, size_t U, int d, double pp, double yy,
   kid *ks = t->kids + (size_t)depth * L * D;
   int nk = 0, nn = stage_nn(c, r), jm = jmax_of(t, d, r, i);
   size_t V = U & ~((size_t)1 << d), vrow[MAXD];
-  for (int e = 0; e < D; e++)
-    vrow[e] = (V & (1u << e)) ? sidx(t, 0, V, e) : 0;
+  dpix_rows(&t->ix, V, D, vrow);
   for (int j = i + 1; j <= jm; j++) {
     double f = t->sf[ij(t, d, i, j)], b = t->sb[ij(t, d, i, j)];
     double ys = m1 * (f > b ? f : b) + nn * (f > b ? b : f);
