@@ -1480,6 +1480,33 @@ done:
   return rc;
 }
 
+int bt_plan_unmeasured_runs(const bt_plan *p, int n_layers, int n_devices,
+                            const unsigned char *measured, int max_runs, int *n, int *first,
+                            int *end, bt_err *err) {
+  if (max_runs < 1)
+    return bt_err_set(err, "partition: max_runs must be at least 1 (got %d)", max_runs);
+  for (int d = 0; d < n_devices; d++)
+    n[d] = 0;
+  int pairs = 0;
+  for (int s = 0; s < p->n_stages; s++) {
+    const int d = p->device[s];
+    if (d < 0 || d >= n_devices)
+      return bt_err_set(err, "partition: stage %d's device %d is not in 0..%d", s, d,
+                        n_devices - 1);
+    for (int l = p->first[s]; l < p->first[s + 1] && l < n_layers; l++) {
+      if (measured[(size_t)d * n_layers + l])
+        continue;
+      int *f = first + (size_t)d * max_runs, *e = end + (size_t)d * max_runs;
+      if (n[d] > 0 && (e[n[d] - 1] == l || n[d] == max_runs))
+        e[n[d] - 1] = l + 1; /* extends the last run (over a gap when full) */
+      else
+        f[n[d]] = l, e[n[d]] = l + 1, n[d]++;
+      pairs++;
+    }
+  }
+  return pairs;
+}
+
 /* ---- brute force ---- */
 
 typedef struct brute {

@@ -501,6 +501,39 @@ Test(partition, a_table_too_large_is_a_clear_error) {
   free(q);
 }
 
+/* A re-plan probe times only the layers a device has not measured: runs
+ * of them per device, the last run stretched when there are too many. */
+Test(partition, unmeasured_runs) {
+  enum { L = 12, D = 3, R = 2 };
+  unsigned char measured[D * L] = {0};
+  for (int l = 4; l < 7; l++)
+    measured[1 * L + l] = 1; /* device 1 ran layers 4-6 */
+  measured[1 * L + 9] = 1;   /* and layer 9 */
+  for (int l = 0; l < 3; l++)
+    measured[2 * L + l] = 1; /* device 2 ran layers 0-2 */
+  bt_plan p = {.n_stages = 2, .device = {1, 2}, .first = {0, 11, 12}};
+  int n[D], first[D * R], end[D * R];
+  bt_err err = {{0}};
+  /* device 1 gets 0-10: new runs 0-3, 7-8 and 10 (the last two merged); device 2 gets 11 */
+  cr_assert_eq(bt_plan_unmeasured_runs(&p, L, D, measured, R, n, first, end, &err), 8);
+  cr_assert_eq(n[0], 0);
+  cr_assert_eq(n[1], 2);
+  cr_assert(first[R] == 0 && end[R] == 4, "run 0: %d-%d", first[R], end[R]);
+  cr_assert(first[R + 1] == 7 && end[R + 1] == 11, "run 1: %d-%d", first[R + 1], end[R + 1]);
+  cr_assert(n[2] == 1 && first[2 * R] == 11 && end[2 * R] == 12);
+  /* with room for three runs, layer 9 is not timed again */
+  int n3[D], f3[D * 3], e3[D * 3];
+  cr_assert_eq(bt_plan_unmeasured_runs(&p, L, D, measured, 3, n3, f3, e3, &err), 8);
+  cr_assert(n3[1] == 3 && f3[3 + 1] == 7 && e3[3 + 1] == 9 && f3[3 + 2] == 10 && e3[3 + 2] == 11);
+  /* nothing new: 0 pairs, no runs */
+  bt_plan q = {.n_stages = 1, .device = {2}, .first = {0, 3}};
+  cr_assert_eq(bt_plan_unmeasured_runs(&q, L, D, measured, R, n, first, end, &err), 0);
+  cr_assert_eq(n[2], 0);
+  q.device[0] = 5;
+  cr_assert_lt(bt_plan_unmeasured_runs(&q, L, D, measured, R, n, first, end, &err), 0);
+  assert_has(err.msg, "stage 0's device 5");
+}
+
 /* The bound fill has a 2-lane and (on AVX2 hosts) a 4-lane version: both
  * give the same table, so the same search, node for node. Tight memory
  * exercises the mask of stages that do not fit; odd layer counts the tails. */

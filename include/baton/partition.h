@@ -133,6 +133,18 @@ int bt_plan_search(const bt_plan_problem *p, bt_plan *out, bt_plan_stats *stats,
  * (min over plans of max over stages of memory / capacity; exact). */
 int bt_plan_min_mem_scale(const bt_plan_problem *p, double *scale, bt_err *err);
 
+/* The layers plan p puts on devices that have no measurement of them
+ * (measured[d * n_layers + l] == 0, d < n_devices), as runs of consecutive
+ * layers per device: device d's k-th run is [first[d * max_runs + k],
+ * end[d * max_runs + k]), n[d] runs (n, first, end: n_devices entries /
+ * n_devices * max_runs). A device with more than max_runs runs gets its
+ * last run stretched over the gaps (layers it has measured are then timed
+ * again). Returns the number of new (layer, device) pairs, -1 with err set
+ * on bad arguments (a stage's device out of range, max_runs < 1). */
+int bt_plan_unmeasured_runs(const bt_plan *p, int n_layers, int n_devices,
+                            const unsigned char *measured, int max_runs, int *n, int *first,
+                            int *end, bt_err *err);
+
 /* Reference: every ordered subset of devices and every cut vector (small
  * problems only: tests). Same result contract as bt_plan_search. */
 int bt_plan_brute_force(const bt_plan_problem *p, bt_plan *out, bt_err *err);

@@ -810,30 +810,29 @@ static int obeys(const bt_plan *p, freedom f, int n) {
 }
 
 /* The layers a plan would put on devices that never ran them: device
- * (position) d times layers [first[d], end[d]) before the plans are weighed
- * again (first == end: nothing new there). */
+ * (position) d times layers [first[d][k], end[d][k]), k < n[d], before the
+ * plans are weighed again; layers it has measured in between are skipped
+ * (up to PROBE_RANGES runs; more are merged, see bt_plan_unmeasured_runs). */
+enum { PROBE_RANGES = 4 };
 typedef struct replan_probe {
-  int first[BT_CONFIG_DEVICES_MAX], end[BT_CONFIG_DEVICES_MAX];
+  int n[BT_CONFIG_DEVICES_MAX];
+  int first[BT_CONFIG_DEVICES_MAX][PROBE_RANGES], end[BT_CONFIG_DEVICES_MAX][PROBE_RANGES];
 } replan_probe;
 
 /* Fills `probe` with plan p's layer-device pairs that never ran (no
- * measured ratio); 1 when there are any. */
-static int new_pairs(const cli_planner *pl, const bt_plan *p, replan_probe *probe) {
-  const int L = pl->n_layers;
-  int any = 0;
+ * measured ratio); 1 when there are any, -1 on error. */
+static int new_pairs(const cli_planner *pl, const bt_plan *p, replan_probe *probe, bt_err *err) {
+  const int L = pl->n_layers, D = pl->n_devices;
+  unsigned char *measured = malloc((size_t)D * L);
+  if (!measured)
+    return bt_err_set(err, "out of memory for the re-plan probe");
+  for (size_t k = 0; k < (size_t)D * L; k++)
+    measured[k] = isfinite(pl->ratio_fwd[k]) && isfinite(pl->ratio_bwd[k]);
   memset(probe, 0, sizeof *probe);
-  for (int s = 0; s < p->n_stages; s++) {
-    const int d = p->device[s];
-    for (int l = p->first[s]; l < p->first[s + 1]; l++) {
-      if (isfinite(pl->ratio_fwd[d * L + l]) && isfinite(pl->ratio_bwd[d * L + l]))
-        continue;
-      if (probe->first[d] == probe->end[d])
-        probe->first[d] = l;
-      probe->end[d] = l + 1;
-      any = 1;
-    }
-  }
-  return any;
+  const int pairs = bt_plan_unmeasured_runs(p, L, D, measured, PROBE_RANGES, probe->n,
+                                            &probe->first[0][0], &probe->end[0][0], err);
+  free(measured);
+  return pairs < 0 ? -1 : pairs > 0;
 }
 
 /* Runs of each layer when a device times new layers: a warm-up and two
@@ -847,8 +846,9 @@ static double probe_pause(const cli_planner *pl, const replan_probe *probe) {
   double pause = 0;
   for (int d = 0; d < pl->n_devices; d++) {
     double t = 0;
-    for (int l = probe->first[d]; l < probe->end[d]; l++)
-      t += PROBE_RUNS * (pl->view_fwd[d * L + l] + pl->view_bwd[d * L + l]);
+    for (int k = 0; k < probe->n[d]; k++)
+      for (int l = probe->first[d][k]; l < probe->end[d][k]; l++)
+        t += PROBE_RUNS * (pl->view_fwd[d * L + l] + pl->view_bwd[d * L + l]);
     pause = fmax(pause, t);
   }
   return pause;
@@ -958,9 +958,13 @@ static int decide_replan(run *r, long step, long remaining, const double *lf, co
     return 0;
   /* Timing the new pairs first pays when the pause is small against what
    * the plan stakes over the remaining iterations. */
-  if (predicted && probe && new_pairs(pl, &nxt, probe) &&
-      probe_pause(pl, probe) < gain * (double)remaining)
-    return 2;
+  if (predicted && probe) {
+    const int fresh = new_pairs(pl, &nxt, probe, err);
+    if (fresh < 0)
+      return -1;
+    if (fresh && probe_pause(pl, probe) < gain * (double)remaining)
+      return 2;
+  }
   *n_stages = nxt.n_stages;
   memcpy(cuts, nxt.first, sizeof(int) * (size_t)(nxt.n_stages + 1));
   complete_order(nxt.device, nxt.n_stages, N, order);
@@ -1131,22 +1135,22 @@ static int log_replan_probe(run *r, long step, int d, int first, int n, const do
  * lead's predictor learns from the figures, and the pause (the slowest
  * device's runs) is charged to every rank's clock. */
 static int run_probe(run *r, long step, const replan_probe *probe, bt_err *err) {
-  const int L = r->model.n_layers, lead = r->rank == r->lead;
-  const int first = probe->first[r->rank], count = probe->end[r->rank] - first;
+  const int L = r->model.n_layers, lead = r->rank == r->lead, runs = probe->n[r->rank];
   double *mine = calloc(2 * (size_t)L, sizeof(double));
   double *all = lead ? calloc(2 * (size_t)L * (size_t)r->size, sizeof(double)) : NULL;
   int ok = mine && (!lead || all);
   if (!ok)
     bt_err_set(err, "rank %d: out of memory for the re-plan probe", r->rank);
+  double cost = 0, pause = 0;
   for (int t = 0; t < r->size; t++) {
-    if (t == r->rank && ok && count > 0)
-      ok = time_layers(r, first, count, step + 1, PROBE_RUNS - 1, mine + first, mine + L + first,
-                       err) == 0;
+    for (int k = 0; t == r->rank && ok && k < runs; k++) {
+      const int a = probe->first[r->rank][k], count = probe->end[r->rank][k] - a;
+      ok = time_layers(r, a, count, step + 1, PROBE_RUNS - 1, mine + a, mine + L + a, err) == 0;
+      for (int l = a; ok && l < a + count; l++)
+        cost += PROBE_RUNS * (mine[l] + mine[L + l]);
+    }
     bt_mpi_quiet_barrier(r->comm);
   }
-  double cost = 0, pause = 0;
-  for (int k = 0; k < count; k++)
-    cost += PROBE_RUNS * (mine[first + k] + mine[L + first + k]);
   if (agree(r->comm, ok) < 0) {
     free(mine), free(all);
     return -1;
@@ -1160,19 +1164,23 @@ static int run_probe(run *r, long step, const replan_probe *probe, bt_err *err) 
            "ran them; timing them there first (%.3f s of device time):",
            step + 1, pause);
     for (int d = 0; d < r->size; d++)
-      if (probe->end[d] > probe->first[d])
-        printf(" %s layers %d-%d", r->cfg->devices[r->stage_device[d]], probe->first[d] + 1,
-               probe->end[d]);
+      for (int k = 0; k < probe->n[d]; k++)
+        if (k == 0)
+          printf(" %s layers %d-%d", r->cfg->devices[r->stage_device[d]], probe->first[d][k] + 1,
+                 probe->end[d][k]);
+        else
+          printf(", %d-%d", probe->first[d][k] + 1, probe->end[d][k]);
     printf("\n");
     fflush(stdout);
-    for (int d = 0; rc == 0 && d < r->size; d++) {
-      const int a = probe->first[d], n = probe->end[d] - a;
-      const double *f = all + (size_t)d * 2 * L;
-      if (n > 0 && r->log)
-        rc = log_replan_probe(r, step, d, a, n, f + a, f + L + a, err);
-      if (rc == 0 && n > 0 && cli_planner_learn(r->planner, d, a, n, f + a, f + L + a, err) < 0)
-        rc = -1;
-    }
+    for (int d = 0; rc == 0 && d < r->size; d++)
+      for (int k = 0; rc == 0 && k < probe->n[d]; k++) {
+        const int a = probe->first[d][k], n = probe->end[d][k] - a;
+        const double *f = all + (size_t)d * 2 * L;
+        if (r->log)
+          rc = log_replan_probe(r, step, d, a, n, f + a, f + L + a, err);
+        if (rc == 0 && cli_planner_learn(r->planner, d, a, n, f + a, f + L + a, err) < 0)
+          rc = -1;
+      }
   }
   free(all);
   if (agree(r->comm, rc == 0) < 0)
