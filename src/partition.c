@@ -245,8 +245,10 @@ int bt_plan_problem_check(const bt_plan_problem *p, bt_err *err) {
                       BT_SCHED_MAX_MICRO);
   if (p->kind != BT_SCHED_GPIPE && p->kind != BT_SCHED_1F1B)
     return bt_err_set(err, "partition: unknown schedule kind %d", (int)p->kind);
-  if (p->bounds < BT_PLAN_BOUNDS_AUTO || p->bounds > BT_PLAN_BOUNDS_PARETO)
-    return bt_err_set(err, "partition: unknown bounds %d; use 0 (auto), 1 (scalar) or 2 (pareto)",
+  if (p->bounds < BT_PLAN_BOUNDS_AUTO || p->bounds > BT_PLAN_BOUNDS_STAIR)
+    return bt_err_set(err,
+                      "partition: unknown bounds %d; use 0 (auto), 1 (scalar), 2 (pareto) or 3 "
+                      "(stair)",
                       (int)p->bounds);
   if (!p->fwd || !p->bwd)
     return bt_err_set(err, "partition: fwd and bwd times [devices x layers] are required");
@@ -620,6 +622,7 @@ typedef struct spt {
 } spt;
 
 enum { KMAX = 12 }; /* points kept per list (more are merged conservatively) */
+enum { KS = 4 };    /* thresholds of the staircase bounds (fill_stair) */
 
 /* Pareto lists only when the table has at most this many entries (counted
  * as L x 2^D x D, the size of the table when both thresholds were tuned). */
@@ -657,6 +660,10 @@ typedef struct bb {
   long budget;
   double open_lb; /* smallest bound of a subtree skipped for the budget */
   double ub;      /* Pareto cut: no completion with pre[i] + y + p >= ub is kept */
+  /* Staircase (see fill_stair): K sums per state, the least sum p_k of the
+   * completions whose max y_k is at most tau[q], [ns][K] */
+  float *stp;
+  double tau[KS];
 } bb;
 
 static int cmp_kid(const void *a, const void *b) {
@@ -918,9 +925,9 @@ static float down(double v) {
  *   >= ps + max(ys + P(rest), Z(rest)),
  * so Z = min over first stages of that is a lower bound by induction.
  * State (V + d, d) only reads the rows (j, V, e), so the fill walks the sets
- * V in increasing order (V \ e < V: its rows are done) and fills every
- * (V + d, d) from them while they are in cache: reading the rows of a
- * 600 MB table in the order of U was most of the fill at 50 x 16. */
+ * V in increasing order (V \ e < V: its rows are done), copies V's rows
+ * once into doubles, and fills every (V + d, d) from that copy (before,
+ * every state re-read its rows from a table of hundreds of MB). */
 static int fill_scalar(bb *t, bt_err *err) {
   ctx *c = t->c;
   int L = c->L, D = c->D;
@@ -977,6 +984,155 @@ static int fill_scalar(bb *t, bt_err *err) {
   }
   free(gp), free(ft.fb);
   return 0;
+}
+
+/* Staircase table: for each state and threshold tau[a] (KS of them), the
+ * least sum p_k over the completions whose every y_k (stages and links) is
+ * at most tau[a]: the same recursion as P with the terms above tau[a] left
+ * out. Vectorised across the thresholds ([j][KS] rows of doubles). */
+typedef struct stairrow {
+  int n, r1; /* first layers i < n; r1: the last stage (the stage must reach L) */
+  const double *fb, *mx,
+      *mn;               /* [i][j] of this state's device: f + b, max and min of stage [i, j) */
+  double m1, nn;         /* y = m1 max + nn min */
+  const int *jm;         /* last j that fits, per i */
+  const double *tau, *g; /* [KS], [j][KS] */
+  double *b;             /* out: [i][KS] */
+  int L1;
+} stairrow;
+
+#define DEFINE_STAIR(name, attr, vd, vl)                                                           \
+  attr static void name##_row(const stairrow *w) {                                                 \
+    const int lanes = (int)(sizeof(vd) / sizeof(double));                                          \
+    const vd zero = {0}, inf = zero + INFINITY;                                                    \
+    vd tv[KS * sizeof(double) / sizeof(vd)];                                                       \
+    for (int h = 0; h < KS; h += lanes)                                                            \
+      memcpy(&tv[h / lanes], w->tau + h, sizeof(vd));                                              \
+    for (int i = 0; i < w->n; i++) {                                                               \
+      vd best[KS * sizeof(double) / sizeof(vd)];                                                   \
+      for (int h = 0; h < KS / lanes; h++)                                                         \
+        best[h] = inf;                                                                             \
+      const double *fb = w->fb + (size_t)i * w->L1, *mx = w->mx + (size_t)i * w->L1,               \
+                   *mn = w->mn + (size_t)i * w->L1;                                                \
+      for (int j = w->r1 ? w->L1 - 1 : i + 1; j <= w->jm[i]; j++) {                                \
+        const vd y = zero + (w->m1 * mx[j] + w->nn * mn[j]), f = zero + fb[j];                     \
+        const double *g = w->g + (size_t)j * KS;                                                   \
+        for (int h = 0; h < KS / lanes; h++) {                                                     \
+          vd gv, v;                                                                                \
+          if (w->r1)                                                                               \
+            gv = zero;                                                                             \
+          else                                                                                     \
+            memcpy(&gv, g + h * lanes, sizeof gv);                                                 \
+          v = PICK(vd, vl, y <= tv[h], f + gv, inf);                                               \
+          best[h] = PICK(vd, vl, v < best[h], v, best[h]);                                         \
+        }                                                                                          \
+      }                                                                                            \
+      memcpy(w->b + (size_t)i * KS, best, sizeof best);                                            \
+    }                                                                                              \
+  }                                                                                                \
+  attr static void name##_enter(int n, const double *lp, const double *ly, const double *tau,      \
+                                const double *q, double *g) {                                      \
+    const int lanes = (int)(sizeof(vd) / sizeof(double));                                          \
+    const vd zero = {0}, inf = zero + INFINITY;                                                    \
+    for (int j = 1; j <= n; j++) {                                                                 \
+      const vd a = zero + lp[j], y = zero + ly[j];                                                 \
+      for (int h = 0; h < KS / lanes; h++) {                                                       \
+        vd tv, qv, gv;                                                                             \
+        memcpy(&tv, tau + h * lanes, sizeof tv);                                                   \
+        memcpy(&qv, q + (size_t)j * KS + h * lanes, sizeof qv);                                    \
+        memcpy(&gv, g + (size_t)j * KS + h * lanes, sizeof gv);                                    \
+        vd v = PICK(vd, vl, y <= tv, a + qv, inf);                                                 \
+        gv = PICK(vd, vl, v < gv, v, gv);                                                          \
+        memcpy(g + (size_t)j * KS + h * lanes, &gv, sizeof gv);                                    \
+      }                                                                                            \
+    }                                                                                              \
+  }
+
+DEFINE_STAIR(stair_2, , v2d, v2l)
+#ifdef FILL_AVX2
+DEFINE_STAIR(stair_4, __attribute__((target("avx2"))), v4d, v4l)
+#endif
+
+static int fill_stair(bb *t, bt_err *err) {
+  ctx *c = t->c;
+  int L = c->L, D = c->D, m1 = c->M - 1;
+  size_t nU = t->nU, L1 = (size_t)L + 1;
+  void (*row_fn)(const stairrow *) = stair_2_row;
+  void (*enter_fn)(int, const double *, const double *, const double *, const double *, double *) =
+      stair_2_enter;
+#ifdef FILL_AVX2
+  const char *lanes = getenv("BATON_PLAN_LANES");
+  if (__builtin_cpu_supports("avx2") && !(lanes && strcmp(lanes, "2") == 0))
+    row_fn = stair_4_row, enter_fn = stair_4_enter;
+#endif
+  t->stp = table_alloc(t->ns * KS * sizeof(float));
+  double *g = malloc(L1 * KS * sizeof(double)), *b = malloc(L1 * KS * sizeof(double));
+  double *qv = malloc((size_t)D * L1 * KS * sizeof(double));
+  double *fb = malloc(3 * (size_t)D * L1 * L1 * sizeof(double)), *mx = fb + D * L1 * L1;
+  double *mn = mx + D * L1 * L1;
+  int *jm = malloc(L1 * sizeof(int));
+  if (!t->stp || !g || !b || !qv || !fb || !jm) {
+    free(g), free(b), free(qv), free(fb), free(jm);
+    return bt_err_set(err, "partition: out of memory for the staircase table");
+  }
+  for (int d = 0; d < D; d++)
+    for (int i = 0; i < L; i++)
+      for (int j = i + 1; j <= L; j++) {
+        double f = t->sf[ij(t, d, i, j)], w = t->sb[ij(t, d, i, j)];
+        fb[ij(t, d, i, j)] = f + w;
+        mx[ij(t, d, i, j)] = f > w ? f : w;
+        mn[ij(t, d, i, j)] = f > w ? w : f;
+      }
+  for (size_t V = 0; V + 1 < nU; V++) {
+    int r = __builtin_popcount((unsigned)V) + 1, nn = stage_nn(c, r), n = L - r + 1;
+    if (r > L)
+      continue;
+    for (int e = 0; e < D && r > 1; e++)
+      if (V & (1u << e)) {
+        const float *row = t->stp + sidx(t, 0, V, e) * KS;
+        for (size_t x = 0; x < (size_t)(n + 1) * KS; x++)
+          qv[(size_t)e * L1 * KS + x] = row[x];
+      }
+    for (int d = 0; d < D; d++) {
+      if (V & (1u << d))
+        continue;
+      size_t U = V | ((size_t)1 << d);
+      for (int i = 0; i < n; i++)
+        jm[i] = r == 1 ? (jmax_of(t, d, r, i) == L ? L : i) : jmax_of(t, d, r, i);
+      if (r > 1) {
+        for (size_t x = 0; x < L1 * KS; x++)
+          g[x] = INFINITY;
+        for (int e = 0; e < D; e++)
+          if ((V & (1u << e)) && next_allowed(c, d, e))
+            enter_fn(n, t->lp + lk(t, d, e), t->ly + lk(t, d, e), t->tau, qv + (size_t)e * L1 * KS,
+                     g);
+      }
+      row_fn(&(stairrow){n, r == 1, fb + ij(t, d, 0, 0), mx + ij(t, d, 0, 0), mn + ij(t, d, 0, 0),
+                         m1, nn, jm, t->tau, g, b, (int)L1});
+      float *row = t->stp + sidx(t, 0, U, d) * KS;
+      for (size_t x = 0; x < (size_t)n * KS; x++)
+        row[x] = down(b[x]);
+    }
+  }
+  free(g), free(b), free(qv), free(fb), free(jm);
+  return 0;
+}
+
+/* Thresholds of the staircase between the least bottleneck of any root and
+ * the largest one that can still beat the incumbent (best - least sum). */
+static void stair_taus(bb *t) {
+  double ylo = INFINITY, plo = INFINITY;
+  for (size_t U = 1; U < t->nU; U++)
+    for (int d = 0; d < t->c->D; d++)
+      if ((U & (1u << d)) && __builtin_popcount((unsigned)U) <= t->c->L &&
+          root_allowed(t->c, U, d)) {
+        const spt *q = t->sc + sidx(t, 0, U, d);
+        ylo = q->y < ylo ? q->y : ylo;
+        plo = q->p < plo ? q->p : plo;
+      }
+  double hi = t->best - plo;
+  for (int a = 0; a < KS; a++)
+    t->tau[a] = ylo + (hi - ylo) * (a + 1) / KS;
 }
 
 /* Merges Pareto list b into a (both sorted); result in out (may not alias). */
@@ -1174,7 +1330,20 @@ static double state_bound(const bb *t, size_t k, double pp, double yy) {
   if (t->sc) { /* pp + P_c + max(yy, Y_c) >= pp + max(P + max(yy, Y), Z) */
     const spt *q = t->sc + k;
     double v = q->p + (q->y > yy ? q->y : yy);
-    return pp + (v > q->z ? v : q->z);
+    v = v > q->z ? v : q->z;
+    if (t->stp) { /* completions with Y_c in (tau[s-1], tau[s]] have P_c >= stp[s] */
+      const float *sp = t->stp + k * KS;
+      double lo = q->y, w = INFINITY;
+      for (int a = 0; a < KS; a++) {
+        double x = sp[a] + (lo > yy ? lo : yy);
+        w = x < w ? x : w;
+        lo = t->tau[a] > lo ? t->tau[a] : lo;
+      }
+      double x = q->p + (lo > yy ? lo : yy);
+      w = x < w ? x : w;
+      v = w > v ? w : v;
+    }
+    return pp + v;
   }
   const pt *q = t->pts + t->off[k];
   double lb = INFINITY;
@@ -1377,6 +1546,10 @@ static void search_roots(bb *t, root *roots) {
  * fill as a scalar search of that many nodes). */
 #define SCALAR_NODES_PER_STATE 2L
 
+/* Staircase bounds: the scalar search gets at most this many nodes first
+ * (most searches that finish at all finish within it; 16 x 16 needs 13 k). */
+#define STAIR_PASS1_NODES 50000L
+
 int bt_plan_search(const bt_plan_problem *p, bt_plan *out, bt_plan_stats *stats, bt_err *err) {
   ctx c;
   bb t;
@@ -1412,22 +1585,40 @@ int bt_plan_search(const bt_plan_problem *p, bt_plan *out, bt_plan_stats *stats,
                (p->bounds == BT_PLAN_BOUNDS_AUTO && full <= PARETO_MAX_STATES);
   /* Pass 1, scalar bounds: the whole search, or (auto, small tables) the
    * search up to SCALAR_NODES_PER_STATE nodes per entry, or (Pareto) a dive
-   * to the first complete plan: an incumbent for the Pareto cut. */
+   * to the first complete plan: an incumbent for the Pareto cut, or
+   * (staircase) the search up to STAIR_PASS1_NODES. */
+  const int stair = p->bounds == BT_PLAN_BOUNDS_STAIR;
   long n1 = SCALAR_NODES_PER_STATE * full;
-  t.budget = pareto && (budget < 0 || budget > n1) ? n1 : budget;
+  if (stair && n1 > STAIR_PASS1_NODES)
+    n1 = STAIR_PASS1_NODES;
+  t.budget = (pareto || stair) && (budget < 0 || budget > n1) ? n1 : budget;
   t.dive = p->bounds == BT_PLAN_BOUNDS_PARETO;
   search_roots(&t, roots);
-  if (!t.failed && pareto && t.stopped && (budget < 0 || t.st.nodes < budget)) {
-    /* Pass 2: Pareto lists cut at the incumbent, and a fresh search. */
-    long dps = t.st.dp_states;
-    free(t.sc);
-    t.sc = NULL;
-    t.ub = t.best;
+  if (!t.failed && stair && t.stopped && !isfinite(t.best) && (budget < 0 || t.st.nodes < budget)) {
+    t.stopped = 0, t.dive = 1; /* no plan yet: the staircase needs an incumbent */
+    t.budget = budget;
+    search_roots(&t, roots);
+  }
+  if (!t.failed && (pareto || (stair && isfinite(t.best))) && t.stopped &&
+      (budget < 0 || t.st.nodes < budget)) {
+    /* Pass 2: Pareto lists cut at the incumbent, or the staircase under
+     * it, and a fresh search with the rest of the budget. */
     double t1 = thread_cpu();
-    if ((rc = fill_pareto(&t, err)) < 0)
+    if (stair) {
+      stair_taus(&t);
+      rc = fill_stair(&t, err);
+    } else {
+      long dps = t.st.dp_states;
+      free(t.sc);
+      t.sc = NULL;
+      t.ub = t.best;
+      rc = fill_pareto(&t, err);
+      t.st.dp_states = dps;
+    }
+    if (rc < 0)
       goto done;
     t.st.table_cpu += thread_cpu() - t1;
-    t.st.dp_states = dps;
+    t.st.refined = 1;
     t.stopped = t.dive = 0;
     t.open_lb = INFINITY;
     t.budget = budget;
@@ -1470,6 +1661,7 @@ done:
   free(t.cnt);
   free(t.pts);
   free(t.sc);
+  free(t.stp);
   free(t.sf);
   free(t.so);
   free(t.sb);

@@ -156,7 +156,7 @@ Test(partition, search_equals_brute_force) {
         bt_plan_stats st;
         int rb = bt_plan_brute_force(&q.p, &b, &eb);
         /* every kind of bound, each exact: the same optimum as brute force */
-        for (int bi = 0; bi < 3; bi++) {
+        for (int bi = 0; bi < 4; bi++) {
           q.p.bounds = (bt_plan_bounds)bi;
           int ra = bt_plan_search(&q.p, &a, &st, &ea);
           cr_assert(ra < 0 || st.exact, "search stopped on a small problem");
@@ -409,7 +409,7 @@ Test(partition, device_use_restrictions_equal_brute_force) {
       int rb = bt_plan_brute_force(&q.p, &b, &eb);
       trials++;
       infeasible += rb < 0;
-      for (int bi = 0; bi < 3; bi++) {
+      for (int bi = 0; bi < 4; bi++) {
         q.p.bounds = (bt_plan_bounds)bi;
         int ra = bt_plan_search(&q.p, &a, NULL, &ea);
         cr_assert_eq(ra, rb, "L=%d D=%d use %d bounds %d: search %d (%s) vs brute %d (%s)", L, D, u,
@@ -565,12 +565,13 @@ Test(partition, fill_lanes_agree) {
   free(q);
 }
 
-/* Problems too large for brute force: the scalar and the Pareto bounds,
+/* Problems too large for brute force: the scalar, Pareto and staircase bounds,
  * each run to the end, prove the same optimum; a search stopped by its node
  * budget reports a valid lower bound; a budget too small for any complete
  * plan says so. */
 Test(partition, scalar_and_pareto_bounds_agree) {
   prob *q = malloc(sizeof *q);
+  int stair_refined = 0; /* searches that built the staircase (past pass 1) */
   for (int rep = 0; rep < 24; rep++) {
     int L = 10 + (int)(urand() * 14), D = 3 + (int)(urand() * 4);
     make_random(q, L, D, rep % 2 ? BT_SCHED_1F1B : BT_SCHED_GPIPE, 1 + rep % 8, rep % 4 == 0);
@@ -592,8 +593,17 @@ Test(partition, scalar_and_pareto_bounds_agree) {
               "L=%d D=%d: scalar %.12g vs pareto %.12g", L, D, a.iter_time, b.iter_time);
     check_plan(q, &a);
     check_plan(q, &b);
+    bt_plan s;
+    bt_plan_stats ss;
+    q->p.bounds = BT_PLAN_BOUNDS_STAIR;
+    cr_assert_eq(bt_plan_search(&q->p, &s, &ss, &ea), 0, "%s", ea.msg);
+    cr_assert(ss.exact);
+    cr_assert(fabs(s.iter_time - a.iter_time) <= 1e-9 * a.iter_time,
+              "L=%d D=%d: scalar %.12g vs stair %.12g", L, D, a.iter_time, s.iter_time);
+    check_plan(q, &s);
+    stair_refined += ss.refined;
     /* stopped early: the plan is no better than the optimum, the bound no higher */
-    for (int bi = 0; bi < 3; bi++) {
+    for (int bi = 0; bi < 4; bi++) {
       q->p.bounds = (bt_plan_bounds)bi;
       q->p.max_nodes = 5 + 13 * rep;
       bt_plan c;
@@ -608,6 +618,26 @@ Test(partition, scalar_and_pareto_bounds_agree) {
       cr_assert(sc.exact || sc.nodes > q->p.max_nodes);
     }
   }
+  /* harder ones (50 x 8 1F1B takes the scalar bounds 120 k nodes): the
+   * staircase is built and proves the same optimum */
+  for (int rep = 0; rep < 4; rep++) {
+    make_random(q, 40 + 3 * rep, 8, BT_SCHED_1F1B, 8, 0);
+    q->p.max_nodes = -1;
+    bt_plan a, s;
+    bt_plan_stats sa, ss;
+    bt_err ea = {{0}};
+    q->p.bounds = BT_PLAN_BOUNDS_SCALAR;
+    cr_assert_eq(bt_plan_search(&q->p, &a, &sa, &ea), 0, "%s", ea.msg);
+    q->p.bounds = BT_PLAN_BOUNDS_STAIR;
+    cr_assert_eq(bt_plan_search(&q->p, &s, &ss, &ea), 0, "%s", ea.msg);
+    cr_assert(sa.exact && ss.exact);
+    cr_assert(fabs(s.iter_time - a.iter_time) <= 1e-9 * a.iter_time,
+              "L=%d: scalar %.12g (%ld nodes) vs stair %.12g (%ld nodes)", 40 + 3 * rep,
+              a.iter_time, sa.nodes, s.iter_time, ss.nodes);
+    check_plan(q, &s);
+    stair_refined += ss.refined;
+  }
+  cr_assert_geq(stair_refined, 2, "the staircase was built %d times", stair_refined);
   make_random(q, 20, 4, BT_SCHED_1F1B, 4, 0);
   q->p.max_nodes = 2;
   bt_plan pl;

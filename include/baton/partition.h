@@ -49,6 +49,8 @@ typedef enum bt_plan_bounds {
   BT_PLAN_BOUNDS_AUTO = 0, /* scalar; small tables switch to Pareto lists if that is slow */
   BT_PLAN_BOUNDS_SCALAR,   /* one (max, sum, max + sum) triple per DP state */
   BT_PLAN_BOUNDS_PARETO,   /* Pareto lists of (max, sum) per state, after a first plan */
+  BT_PLAN_BOUNDS_STAIR,    /* scalar, then (if the search has not finished within 50 000
+                              nodes) also the least sum under 4 thresholds of the max */
 } bt_plan_bounds;
 
 /* Device-major matrices: x[d * n_layers + l]; device pairs: x[a * n_devices + b]. */
@@ -109,6 +111,7 @@ typedef struct bt_plan_stats {
   double lower_bound; /* a proven lower bound on the optimum (= iter_time when exact) */
   double table_cpu;   /* thread CPU seconds spent building the stage and bound tables
                          (the rest of the search is the branch and bound) */
+  int refined;        /* 1: a second table (Pareto lists or staircase) was built */
 } bt_plan_stats;
 
 /* Checks the problem's shape and values (sizes, finite non-negative times,

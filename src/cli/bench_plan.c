@@ -127,7 +127,7 @@ static void usage(FILE *f) {
           "usage: baton bench plan [options]\n\n"
           "  --repeats N      timed searches per problem, median reported (default 5)\n"
           "  --seed S         problem seed (default: the seed of tests/test_partition.c)\n"
-          "  --bounds B       auto, scalar or pareto (default auto; docs/partition.md)\n"
+          "  --bounds B       auto, scalar, pareto or stair (default auto; docs/partition.md)\n"
           "  --max-nodes N    branch-and-bound node budget (default %ld; -1 = unlimited)\n"
           "  --large          also 32 and 50 layers x 16 devices and vgg16 on 16 (up to 2^26\n"
           "                   DP states, ~0.8 GB)\n",
@@ -175,8 +175,11 @@ int bt_cmd_bench_plan(int argc, char **argv) {
         bounds = BT_PLAN_BOUNDS_SCALAR;
       else if (strcmp(v, "pareto") == 0)
         bounds = BT_PLAN_BOUNDS_PARETO;
+      else if (strcmp(v, "stair") == 0)
+        bounds = BT_PLAN_BOUNDS_STAIR;
       else
-        return bt_cli_fail("bench plan", "--bounds '%s': expected auto, scalar or pareto", v);
+        return bt_cli_fail("bench plan", "--bounds '%s': expected auto, scalar, pareto or stair",
+                           v);
     } else {
       bt_cli_fail("bench plan", "unknown option '%s'; see 'baton bench plan --help'", a);
       return 2;
@@ -208,7 +211,8 @@ int bt_cmd_bench_plan(int argc, char **argv) {
          repeats,
          bounds == BT_PLAN_BOUNDS_AUTO     ? "auto"
          : bounds == BT_PLAN_BOUNDS_SCALAR ? "scalar"
-                                           : "pareto",
+         : bounds == BT_PLAN_BOUNDS_PARETO ? "pareto"
+                                           : "stair",
          max_nodes ? max_nodes : BT_PLAN_DEFAULT_NODES);
   printf("%-34s %11s %10s %6s %9s %9s %7s %10s %10s %10s\n", "problem", "search", "tables", "exact",
          "DP states", "nodes", "stages", "iter (s)", "bound (s)", "even (s)");
