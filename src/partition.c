@@ -623,6 +623,7 @@ typedef struct spt {
 
 enum { KMAX = 12 }; /* points kept per list (more are merged conservatively) */
 enum { KS = 4 };    /* thresholds of the staircase bounds (fill_stair) */
+_Static_assert(KS % 4 == 0, "the staircase fill runs in vectors of 2 or 4 thresholds");
 
 /* Pareto lists only when the table has at most this many entries (counted
  * as L x 2^D x D, the size of the table when both thresholds were tuned). */
@@ -1330,20 +1331,7 @@ static double state_bound(const bb *t, size_t k, double pp, double yy) {
   if (t->sc) { /* pp + P_c + max(yy, Y_c) >= pp + max(P + max(yy, Y), Z) */
     const spt *q = t->sc + k;
     double v = q->p + (q->y > yy ? q->y : yy);
-    v = v > q->z ? v : q->z;
-    if (t->stp) { /* completions with Y_c in (tau[s-1], tau[s]] have P_c >= stp[s] */
-      const float *sp = t->stp + k * KS;
-      double lo = q->y, w = INFINITY;
-      for (int a = 0; a < KS; a++) {
-        double x = sp[a] + (lo > yy ? lo : yy);
-        w = x < w ? x : w;
-        lo = t->tau[a] > lo ? t->tau[a] : lo;
-      }
-      double x = q->p + (lo > yy ? lo : yy);
-      w = x < w ? x : w;
-      v = w > v ? w : v;
-    }
-    return pp + v;
+    return pp + (v > q->z ? v : q->z);
   }
   const pt *q = t->pts + t->off[k];
   double lb = INFINITY;
@@ -1353,6 +1341,26 @@ static double state_bound(const bb *t, size_t k, double pp, double yy) {
       lb = v;
   }
   return lb;
+}
+
+/* The staircase's bound of state k (or 0 without one), to be maxed with
+ * state_bound: completions with Y_c in (tau[a-1], tau[a]] have P_c >=
+ * stp[a] and Y_c > tau[a-1]; those above the last threshold P_c >= P.
+ * Asked only where state_bound alone does not prune: its rows are a second
+ * table, a second cache miss. */
+static double stair_bound(const bb *t, size_t k, double pp, double yy) {
+  if (!t->stp)
+    return 0.0;
+  const spt *q = t->sc + k;
+  const float *sp = t->stp + k * KS;
+  double lo = q->y, w = INFINITY;
+  for (int a = 0; a < KS; a++) {
+    double x = sp[a] + (lo > yy ? lo : yy);
+    w = x < w ? x : w;
+    lo = t->tau[a] > lo ? t->tau[a] : lo;
+  }
+  double x = q->p + (lo > yy ? lo : yy);
+  return pp + (x < w ? x : w);
 }
 
 /* Lower bound on the makespan of a complete plan (docs/partition.md):
@@ -1470,6 +1478,12 @@ static void node(bb *t, int depth, int i, size_t U, int d, double pp, double yy,
       lb = (lb > lmj ? lb : lmj) + o;
       if (!(lb < t->best))
         continue;
+      if (t->stp) {
+        const double ls = stair_bound(t, ck, p, y) + o;
+        lb = ls > lb ? ls : lb;
+        if (!(lb < t->best))
+          continue;
+      }
       ks[nk++] = (kid){lb, p, y, lmj, o, j, e};
     }
   }
@@ -1508,9 +1522,13 @@ static void search_roots(bb *t, root *roots) {
     if (__builtin_popcount((unsigned)U) > c->L)
       continue;
     for (int d = 0; d < c->D; d++) {
-      double lb = (U & (1u << d)) && root_allowed(c, U, d)
-                      ? state_bound(t, sidx(t, 0, U, d), 0.0, 0.0)
-                      : INFINITY;
+      double lb = INFINITY;
+      if ((U & (1u << d)) && root_allowed(c, U, d)) {
+        const size_t k = sidx(t, 0, U, d);
+        const double ls = stair_bound(t, k, 0.0, 0.0);
+        lb = state_bound(t, k, 0.0, 0.0);
+        lb = ls > lb ? ls : lb;
+      }
       if (lb < t->best) {
         if (nr > 0 && lb < roots[first].lb)
           first = nr;
