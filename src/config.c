@@ -126,6 +126,7 @@ static const char *const partitions[] = {"predicted", "even",   "params",   "flo
                                          "profiled",  "oracle", "explicit", NULL};
 static const char *const device_orders[] = {"plan", "subset", "experiment", NULL};
 static const char *const clocks[] = {"virtual", "wall", "none", NULL};
+static const char *const plan_bounds[] = {"auto", "scalar", "pareto", "stair", NULL};
 
 /* Every key, in the order help and dumps show them. */
 static const key keys[] = {
@@ -185,6 +186,12 @@ static const key keys[] = {
              "one stage), subset (it also picks which devices run: the others wait idle, and "
              "a re-plan may bring them in; the first device, the run's lead, always runs a "
              "stage) or experiment (stages follow the order of devices)."),
+    ROW_ENUM("plan.bounds", plan_bounds, "auto", plan_bounds,
+             "Bounds of the exact plan search: auto, scalar, pareto or stair (slower tables, "
+             "fewer nodes: proves 32 layers on 16 devices optimal). See docs/partition.md."),
+    ROW_INT("plan.max_nodes", plan_max_nodes, "0", -1, 1000000000000LL,
+            "Node budget of the exact plan search: 0 = the default (1000000), -1 = unlimited; "
+            "a search stopped by it reports its plan's gap to the proven bound."),
     ROW_LIST("throttle", throttle, n_throttle, "",
              "Per-rank slowdowns on top of the device profiles: \"RANK:ITERATION:FACTOR\" "
              "(every op class FACTOR times slower from ITERATION on), e.g. [2:20:2]."),

@@ -52,6 +52,8 @@ static const char *const all_keys[] = {
     "clock",
     "calibration",
     "device_order",
+    "plan.bounds",
+    "plan.max_nodes",
     "throttle",
     "replan.every",
     "replan.threshold",
@@ -630,6 +632,14 @@ Test(config, set_each_type) {
   cr_assert_eq(c.iterations, 1000000000000LL);
   cr_assert_eq(bt_config_set(&c, "output=", &err), 0, "%s", err.msg);
   cr_assert_str_eq(c.output, "");
+  cr_assert_str_eq(c.plan_bounds, "auto");
+  cr_assert_eq(bt_config_set(&c, "plan.bounds=stair", &err), 0, "%s", err.msg);
+  cr_assert_str_eq(c.plan_bounds, "stair");
+  cr_assert_eq(bt_config_set(&c, "plan.max_nodes=-1", &err), 0, "%s", err.msg);
+  cr_assert_eq(c.plan_max_nodes, -1);
+  set_fails("plan.bounds=exact", &err);
+  assert_has(err.msg, "stair");
+  set_fails("plan.max_nodes=-2", &err);
 }
 
 Test(config, set_list) {

@@ -121,6 +121,11 @@ typedef struct bt_config {
    * device, the run's lead, always runs a stage; a re-plan may bring idle
    * ones in), "experiment" keeps the order of `devices`. Default "plan". */
   char device_order[BT_CONFIG_ENUM_MAX];
+  /* plan.bounds, plan.max_nodes: the exact plan search's bounds (auto,
+   * scalar, pareto, stair; docs/partition.md) and node budget (0 = the
+   * default, -1 = unlimited). Default auto, 0. */
+  char plan_bounds[BT_CONFIG_ENUM_MAX];
+  int64_t plan_max_nodes;
   /* throttle: per-rank slowdowns added to the device profiles,
    * "RANK:ITERATION:FACTOR" (every op class of device RANK (its index in
    * `devices`) FACTOR

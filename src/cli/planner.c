@@ -665,6 +665,14 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
  * costs at the truth's iteration, else the profiles' at iteration 0. With
  * devices = n > 0 only devices 0..n-1 take part (the device-major tables'
  * first rows; the pair tables are packed into n x n); 0 = all. */
+/* plan.bounds as the search's enum (the config accepts only these names). */
+static bt_plan_bounds plan_bounds_of(const char *name) {
+  return strcmp(name, "scalar") == 0   ? BT_PLAN_BOUNDS_SCALAR
+         : strcmp(name, "pareto") == 0 ? BT_PLAN_BOUNDS_PARETO
+         : strcmp(name, "stair") == 0  ? BT_PLAN_BOUNDS_STAIR
+                                       : BT_PLAN_BOUNDS_AUTO;
+}
+
 static bt_plan_problem problem(cli_planner *pl, const double *fwd, const double *bwd, int truth,
                                bt_plan_device_use use, int devices, bt_err *err, int *ok) {
   const int D = pl->n_devices;
@@ -696,6 +704,8 @@ static bt_plan_problem problem(cli_planner *pl, const double *fwd, const double 
                        .micro = pl->cfg->micro_batches,
                        .mem_scale = pl->cfg->memory_scale,
                        .device_use = use,
+                       .bounds = plan_bounds_of(pl->cfg->plan_bounds),
+                       .max_nodes = (long)pl->cfg->plan_max_nodes,
                        .required_devices = pl->required_devices & ((1u << n) - 1),
                        .layer_flops = pl->flops,
                        .device_peak = pl->peak};
