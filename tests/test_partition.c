@@ -562,6 +562,20 @@ Test(partition, fill_lanes_agree) {
     for (int s = 0; s < a.n_stages; s++)
       cr_assert(a.device[s] == b.device[s] && a.first[s] == b.first[s]);
   }
+  /* and the staircase's fill, on a problem that builds it */
+  make_random(q, 43, 8, BT_SCHED_1F1B, 8, 0);
+  q->p.bounds = BT_PLAN_BOUNDS_STAIR;
+  q->p.max_nodes = -1;
+  bt_plan a, b;
+  bt_plan_stats sa, sb;
+  bt_err ea = {{0}}, eb = {{0}};
+  cr_assert_eq(bt_plan_search(&q->p, &a, &sa, &ea), 0, "%s", ea.msg);
+  setenv("BATON_PLAN_LANES", "2", 1);
+  cr_assert_eq(bt_plan_search(&q->p, &b, &sb, &eb), 0, "%s", eb.msg);
+  unsetenv("BATON_PLAN_LANES");
+  cr_assert(sa.refined && sb.refined && sa.exact && sb.exact);
+  cr_assert_eq(sa.nodes, sb.nodes, "%ld vs %ld nodes", sa.nodes, sb.nodes);
+  cr_assert_eq(a.iter_time, b.iter_time);
   free(q);
 }
 
