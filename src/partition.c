@@ -919,6 +919,30 @@ static float down(double v) {
   return f;
 }
 
+/* down() of n values >= 0 (or infinite), two at a time: the fill's rows
+ * are sums of non-negative times. Same results as down(): a float that
+ * rounded up loses one in its bits (infinity becomes FLT_MAX, as
+ * nextafterf gives). */
+typedef float v2f __attribute__((vector_size(8)));
+typedef int v2i __attribute__((vector_size(8)));
+static void down_many(const double *in, float *out, size_t n) {
+  size_t k = 0;
+  for (; k + 2 <= n; k += 2) {
+    v2d v;
+    memcpy(&v, in + k, sizeof v);
+    v2f f = __builtin_convertvector(v, v2f);
+    v2l up = __builtin_convertvector(f, v2d) > v;
+    v2i u;
+    memcpy(&u, &f, sizeof u);
+    u += __builtin_convertvector(up, v2i); /* -1 where it rounded up */
+    memcpy(out + k, &u, sizeof u);
+  }
+  for (; k < n; k++)
+    out[k] = down(in[k]);
+}
+
+_Static_assert(sizeof(spt) == 3 * sizeof(float), "spt rows are copied as floats");
+
 /* Scalar table: per state (i, U, d), Y = min over completions of max y_k,
  * P = min of sum p_k, and Z <= min of (max y_k + sum p_k): a completion is a
  * first stage (or link) with terms (ys, ps) and a rest c, and
@@ -940,8 +964,10 @@ static int fill_scalar(bb *t, bt_err *err) {
   double *gp = malloc((7 + 3 * (size_t)D) * L1 * sizeof(double)), *gy = gp + L1, *gz = gy + L1;
   double *bp = gz + L1, *by = bp + L1, *bz = by + L1, *jm = bz + L1;
   double *qp = jm + L1, *qy = qp + D * L1, *qz = qy + D * L1; /* rows of V, [e][j] */
-  if (!t->sc || !gp || fillterms_init(t, &ft) < 0) {
-    free(gp), free(ft.fb);
+  double *qd = malloc(3 * L1 * sizeof(double));               /* one row out, (y, p, z) */
+  float *qf = malloc(3 * L1 * sizeof(float));
+  if (!t->sc || !gp || !qd || !qf || fillterms_init(t, &ft) < 0) {
+    free(gp), free(qd), free(qf), free(ft.fb);
     return bt_err_set(err, "partition: out of memory for the DP table");
   }
   /* every entry of the compact table is one state's row, written once below */
@@ -978,12 +1004,13 @@ static int fill_scalar(bb *t, bt_err *err) {
         ops.cuts(&(fillrow){n, L + 1, m1, nn, ft.fb + ij(t, d, 0, 0), ft.mx + ij(t, d, 0, 0),
                             ft.mn + ij(t, d, 0, 0), jm, gp, gy, gz, bp, by, bz});
       }
-      spt *row = t->sc + sidx(t, 0, U, d);
-      for (int i = 0; i < n; i++)
-        row[i] = (spt){down(by[i]), down(bp[i]), down(bz[i])};
+      for (int i = 0; i < n; i++) /* as the row's (y, p, z), then to floats */
+        qd[3 * i] = by[i], qd[3 * i + 1] = bp[i], qd[3 * i + 2] = bz[i];
+      down_many(qd, qf, 3 * (size_t)n);
+      memcpy(t->sc + sidx(t, 0, U, d), qf, (size_t)n * sizeof(spt));
     }
   }
-  free(gp), free(ft.fb);
+  free(gp), free(qd), free(qf), free(ft.fb);
   return 0;
 }
 
@@ -1110,9 +1137,7 @@ static int fill_stair(bb *t, bt_err *err) {
       }
       row_fn(&(stairrow){n, r == 1, fb + ij(t, d, 0, 0), mx + ij(t, d, 0, 0), mn + ij(t, d, 0, 0),
                          m1, nn, jm, t->tau, g, b, (int)L1});
-      float *row = t->stp + sidx(t, 0, U, d) * KS;
-      for (size_t x = 0; x < (size_t)n * KS; x++)
-        row[x] = down(b[x]);
+      down_many(b, t->stp + sidx(t, 0, U, d) * KS, (size_t)n * KS);
     }
   }
   free(g), free(b), free(qv), free(fb), free(jm);
