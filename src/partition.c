@@ -893,12 +893,20 @@ typedef struct fillops {
                 const double *qz, double *gp, double *gy, double *gz);
 } fillops;
 
-/* BATON_PLAN_LANES=2 forces the 2-lane code (a test checks that both
- * give the same tables). */
-static fillops fill_ops(void) {
+/* The 4-lane code where the CPU has AVX2; BATON_PLAN_LANES=2 forces the
+ * 2-lane code (a test checks that both give the same tables). */
+static int fill_avx2(void) {
 #ifdef FILL_AVX2
   const char *lanes = getenv("BATON_PLAN_LANES");
-  if (__builtin_cpu_supports("avx2") && !(lanes && strcmp(lanes, "2") == 0))
+  return __builtin_cpu_supports("avx2") && !(lanes && strcmp(lanes, "2") == 0);
+#else
+  return 0;
+#endif
+}
+
+static fillops fill_ops(void) {
+#ifdef FILL_AVX2
+  if (fill_avx2())
     return (fillops){fill_cuts_4, fill_enter_4};
 #endif
   return (fillops){fill_cuts_2, fill_enter_2};
@@ -1089,8 +1097,7 @@ static int fill_stair(bb *t, bt_err *err) {
   void (*enter_fn)(int, const double *, const double *, const double *, const double *, double *) =
       stair_2_enter;
 #ifdef FILL_AVX2
-  const char *lanes = getenv("BATON_PLAN_LANES");
-  if (__builtin_cpu_supports("avx2") && !(lanes && strcmp(lanes, "2") == 0))
+  if (fill_avx2())
     row_fn = stair_4_row, enter_fn = stair_4_enter;
 #endif
   t->stp = table_alloc(t->ns * KS * sizeof(float));

@@ -50,7 +50,8 @@ typedef enum bt_plan_bounds {
   BT_PLAN_BOUNDS_SCALAR,   /* one (max, sum, max + sum) triple per DP state */
   BT_PLAN_BOUNDS_PARETO,   /* Pareto lists of (max, sum) per state, after a first plan */
   BT_PLAN_BOUNDS_STAIR,    /* scalar, then (if the search has not finished within 50 000
-                              nodes) also the least sum under 4 thresholds of the max */
+                              nodes, fewer on small tables) also the least sum under 4
+                              thresholds of the max: 16 more bytes per state */
 } bt_plan_bounds;
 
 /* Device-major matrices: x[d * n_layers + l]; device pairs: x[a * n_devices + b]. */
