@@ -191,7 +191,8 @@ static const key keys[] = {
              "fewer nodes: proves 32 layers on 16 devices optimal). See docs/partition.md."),
     ROW_INT("plan.max_nodes", plan_max_nodes, "0", -1, 1000000000000LL,
             "Node budget of the exact plan search: 0 = the default (1000000), -1 = unlimited; "
-            "a search stopped by it reports its plan's gap to the proven bound."),
+            "a plan from a search it stopped is the best found, not proven optimal (baton "
+            "plan marks it *)."),
     ROW_LIST("throttle", throttle, n_throttle, "",
              "Per-rank slowdowns on top of the device profiles: \"RANK:ITERATION:FACTOR\" "
              "(every op class FACTOR times slower from ITERATION on), e.g. [2:20:2]."),
