@@ -634,6 +634,13 @@ typedef struct kid {
   int j, e;
 } kid;
 
+/* Stage terms of the bound fill, transposed to [d][j][i] so that the loop
+ * over first layers i of one cut j runs over contiguous memory (and
+ * vectorises): f + b, max(f, b) and min(f, b) of stage [i, j) on d. */
+typedef struct fillterms {
+  double *fb, *mx, *mn;
+} fillterms;
+
 typedef struct bb {
   ctx *c;
   size_t nU, ns;
@@ -648,6 +655,7 @@ typedef struct bb {
   pt *pts;       /* Pareto lists, one after the other */
   uint32_t *off; /* Pareto: [ns] first point of each list */
   uint8_t *cnt;  /* Pareto: [ns] points of each list, 0 = nothing under the cut */
+  fillterms ft;  /* stage terms of the fills (fill_scalar, fill_stair) */
   size_t npts, cap_pts;
   kid *kids; /* [depth][L*D] */
   int dev[MAXD], first[MAXD + 1];
@@ -757,13 +765,6 @@ static void *table_alloc(size_t bytes) {
 #endif
   return p;
 }
-
-/* Stage terms of the bound fill, transposed to [d][j][i] so that the loop
- * over first layers i of one cut j runs over contiguous memory (and
- * vectorises): f + b, max(f, b) and min(f, b) of stage [i, j) on d. */
-typedef struct fillterms {
-  double *fb, *mx, *mn;
-} fillterms;
 
 static int fillterms_init(const bb *t, fillterms *ft) {
   int L = t->c->L, D = t->c->D;
@@ -967,15 +968,14 @@ static int fill_scalar(bb *t, bt_err *err) {
   double m1 = c->M - 1;
   size_t nU = t->nU, L1 = (size_t)L + 1;
   const fillops ops = fill_ops();
-  fillterms ft = {0};
   t->sc = table_alloc(t->ns * sizeof(spt));
   double *gp = malloc((7 + 3 * (size_t)D) * L1 * sizeof(double)), *gy = gp + L1, *gz = gy + L1;
   double *bp = gz + L1, *by = bp + L1, *bz = by + L1, *jm = bz + L1;
   double *qp = jm + L1, *qy = qp + D * L1, *qz = qy + D * L1; /* rows of V, [e][j] */
   double *qd = malloc(3 * L1 * sizeof(double));               /* one row out, (y, p, z) */
   float *qf = malloc(3 * L1 * sizeof(float));
-  if (!t->sc || !gp || !qd || !qf || fillterms_init(t, &ft) < 0) {
-    free(gp), free(qd), free(qf), free(ft.fb);
+  if (!t->sc || !gp || !qd || !qf || fillterms_init(t, &t->ft) < 0) {
+    free(gp), free(qd), free(qf);
     return bt_err_set(err, "partition: out of memory for the DP table");
   }
   /* every entry of the compact table is one state's row, written once below */
@@ -997,8 +997,8 @@ static int fill_scalar(bb *t, bt_err *err) {
       for (int i = 0; i < n; i++)
         bp[i] = by[i] = bz[i] = INFINITY, jm[i] = jmax_of(t, d, r, i);
       if (r == 1) {
-        const double *fb = ft.fb + ij(t, d, L, 0), *mx = ft.mx + ij(t, d, L, 0),
-                     *mn = ft.mn + ij(t, d, L, 0);
+        const double *fb = t->ft.fb + ij(t, d, L, 0), *mx = t->ft.mx + ij(t, d, L, 0),
+                     *mn = t->ft.mn + ij(t, d, L, 0);
         for (int i = 0; i < n; i++)
           if (jm[i] == L)
             by[i] = m1 * mx[i] + nn * mn[i], bp[i] = fb[i], bz[i] = by[i] + bp[i];
@@ -1009,8 +1009,8 @@ static int fill_scalar(bb *t, bt_err *err) {
           if ((V & (1u << e)) && next_allowed(c, d, e))
             ops.enter(n, t->lp + lk(t, d, e), t->ly + lk(t, d, e), qp + e * L1, qy + e * L1,
                       qz + e * L1, gp, gy, gz);
-        ops.cuts(&(fillrow){n, L + 1, m1, nn, ft.fb + ij(t, d, 0, 0), ft.mx + ij(t, d, 0, 0),
-                            ft.mn + ij(t, d, 0, 0), jm, gp, gy, gz, bp, by, bz});
+        ops.cuts(&(fillrow){n, L + 1, m1, nn, t->ft.fb + ij(t, d, 0, 0), t->ft.mx + ij(t, d, 0, 0),
+                            t->ft.mn + ij(t, d, 0, 0), jm, gp, gy, gz, bp, by, bz});
       }
       for (int i = 0; i < n; i++) /* as the row's (y, p, z), then to floats */
         qd[3 * i] = by[i], qd[3 * i + 1] = bp[i], qd[3 * i + 2] = bz[i];
@@ -1018,7 +1018,7 @@ static int fill_scalar(bb *t, bt_err *err) {
       memcpy(t->sc + sidx(t, 0, U, d), qf, (size_t)n * sizeof(spt));
     }
   }
-  free(gp), free(qd), free(qf), free(ft.fb);
+  free(gp), free(qd), free(qf);
   return 0;
 }
 
@@ -1029,7 +1029,7 @@ static int fill_scalar(bb *t, bt_err *err) {
 typedef struct stairrow {
   int n, r1; /* first layers i < n; r1: the last stage (the stage must reach L) */
   const double *fb, *mx,
-      *mn;               /* [i][j] of this state's device: f + b, max and min of stage [i, j) */
+      *mn;               /* [j][i] of this state's device: f + b, max and min of stage [i, j) */
   double m1, nn;         /* y = m1 max + nn min */
   const int *jm;         /* last j that fits, per i */
   const double *tau, *g; /* [KS], [j][KS] */
@@ -1048,10 +1048,10 @@ typedef struct stairrow {
       vd best[KS * sizeof(double) / sizeof(vd)];                                                   \
       for (int h = 0; h < KS / lanes; h++)                                                         \
         best[h] = inf;                                                                             \
-      const double *fb = w->fb + (size_t)i * w->L1, *mx = w->mx + (size_t)i * w->L1,               \
-                   *mn = w->mn + (size_t)i * w->L1;                                                \
+      const double *fb = w->fb + i, *mx = w->mx + i, *mn = w->mn + i; /* stride L1 in j */         \
       for (int j = w->r1 ? w->L1 - 1 : i + 1; j <= w->jm[i]; j++) {                                \
-        const vd y = zero + (w->m1 * mx[j] + w->nn * mn[j]), f = zero + fb[j];                     \
+        const size_t at = (size_t)j * w->L1;                                                       \
+        const vd y = zero + (w->m1 * mx[at] + w->nn * mn[at]), f = zero + fb[at];                  \
         const double *g = w->g + (size_t)j * KS;                                                   \
         for (int h = 0; h < KS / lanes; h++) {                                                     \
           vd gv, v;                                                                                \
@@ -1103,21 +1103,11 @@ static int fill_stair(bb *t, bt_err *err) {
   t->stp = table_alloc(t->ns * KS * sizeof(float));
   double *g = malloc(L1 * KS * sizeof(double)), *b = malloc(L1 * KS * sizeof(double));
   double *qv = malloc((size_t)D * L1 * KS * sizeof(double));
-  double *fb = malloc(3 * (size_t)D * L1 * L1 * sizeof(double)), *mx = fb + D * L1 * L1;
-  double *mn = mx + D * L1 * L1;
   int *jm = malloc(L1 * sizeof(int));
-  if (!t->stp || !g || !b || !qv || !fb || !jm) {
-    free(g), free(b), free(qv), free(fb), free(jm);
+  if (!t->stp || !g || !b || !qv || !jm) {
+    free(g), free(b), free(qv), free(jm);
     return bt_err_set(err, "partition: out of memory for the staircase table");
   }
-  for (int d = 0; d < D; d++)
-    for (int i = 0; i < L; i++)
-      for (int j = i + 1; j <= L; j++) {
-        double f = t->sf[ij(t, d, i, j)], w = t->sb[ij(t, d, i, j)];
-        fb[ij(t, d, i, j)] = f + w;
-        mx[ij(t, d, i, j)] = f > w ? f : w;
-        mn[ij(t, d, i, j)] = f > w ? w : f;
-      }
   for (size_t V = 0; V + 1 < nU; V++) {
     int r = __builtin_popcount((unsigned)V) + 1, nn = stage_nn(c, r), n = L - r + 1;
     if (r > L)
@@ -1133,7 +1123,7 @@ static int fill_stair(bb *t, bt_err *err) {
         continue;
       size_t U = V | ((size_t)1 << d);
       for (int i = 0; i < n; i++)
-        jm[i] = r == 1 ? (jmax_of(t, d, r, i) == L ? L : i) : jmax_of(t, d, r, i);
+        jm[i] = jmax_of(t, d, r, i);
       if (r > 1) {
         for (size_t x = 0; x < L1 * KS; x++)
           g[x] = INFINITY;
@@ -1142,12 +1132,12 @@ static int fill_stair(bb *t, bt_err *err) {
             enter_fn(n, t->lp + lk(t, d, e), t->ly + lk(t, d, e), t->tau, qv + (size_t)e * L1 * KS,
                      g);
       }
-      row_fn(&(stairrow){n, r == 1, fb + ij(t, d, 0, 0), mx + ij(t, d, 0, 0), mn + ij(t, d, 0, 0),
-                         m1, nn, jm, t->tau, g, b, (int)L1});
+      row_fn(&(stairrow){n, r == 1, t->ft.fb + ij(t, d, 0, 0), t->ft.mx + ij(t, d, 0, 0),
+                         t->ft.mn + ij(t, d, 0, 0), m1, nn, jm, t->tau, g, b, (int)L1});
       down_many(b, t->stp + sidx(t, 0, U, d) * KS, (size_t)n * KS);
     }
   }
-  free(g), free(b), free(qv), free(fb), free(jm);
+  free(g), free(b), free(qv), free(jm);
   return 0;
 }
 
@@ -1712,6 +1702,7 @@ done:
   free(t.pts);
   free(t.sc);
   free(t.stp);
+  free(t.ft.fb);
   free(t.sf);
   free(t.so);
   free(t.sb);
