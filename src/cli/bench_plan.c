@@ -12,6 +12,7 @@
 #include "baton/model.h"
 #include "baton/partition.h"
 #include "cli.h"
+#include "planner.h"
 
 enum { PL_MAXL = 64, PL_MAXD = BT_PLAN_MAX_DEVICES };
 
@@ -169,15 +170,7 @@ int bt_cmd_bench_plan(int argc, char **argv) {
     } else if (strcmp(a, "--only") == 0) {
       only = v;
     } else if (strcmp(a, "--bounds") == 0) {
-      if (strcmp(v, "auto") == 0)
-        bounds = BT_PLAN_BOUNDS_AUTO;
-      else if (strcmp(v, "scalar") == 0)
-        bounds = BT_PLAN_BOUNDS_SCALAR;
-      else if (strcmp(v, "pareto") == 0)
-        bounds = BT_PLAN_BOUNDS_PARETO;
-      else if (strcmp(v, "stair") == 0)
-        bounds = BT_PLAN_BOUNDS_STAIR;
-      else
+      if (cli_plan_bounds(v, &bounds) < 0)
         return bt_cli_fail("bench plan", "--bounds '%s': expected auto, scalar, pareto or stair",
                            v);
     } else {

@@ -661,18 +661,29 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
 
 /* ---- partitioners ---- */
 
+int cli_plan_bounds(const char *name, bt_plan_bounds *out) {
+  static const char *const names[] = {"auto", "scalar", "pareto", "stair"};
+  static const bt_plan_bounds kinds[] = {BT_PLAN_BOUNDS_AUTO, BT_PLAN_BOUNDS_SCALAR,
+                                         BT_PLAN_BOUNDS_PARETO, BT_PLAN_BOUNDS_STAIR};
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+    if (strcmp(name, names[k]) == 0) {
+      *out = kinds[k];
+      return 0;
+    }
+  return -1;
+}
+
+/* plan.bounds as the search's enum (the config accepts only those names). */
+static bt_plan_bounds plan_bounds_of(const char *name) {
+  bt_plan_bounds b = BT_PLAN_BOUNDS_AUTO;
+  cli_plan_bounds(name, &b);
+  return b;
+}
+
 /* The planning problem over the given compute times; `truth` picks the side
  * costs at the truth's iteration, else the profiles' at iteration 0. With
  * devices = n > 0 only devices 0..n-1 take part (the device-major tables'
  * first rows; the pair tables are packed into n x n); 0 = all. */
-/* plan.bounds as the search's enum (the config accepts only these names). */
-static bt_plan_bounds plan_bounds_of(const char *name) {
-  return strcmp(name, "scalar") == 0   ? BT_PLAN_BOUNDS_SCALAR
-         : strcmp(name, "pareto") == 0 ? BT_PLAN_BOUNDS_PARETO
-         : strcmp(name, "stair") == 0  ? BT_PLAN_BOUNDS_STAIR
-                                       : BT_PLAN_BOUNDS_AUTO;
-}
-
 static bt_plan_problem problem(cli_planner *pl, const double *fwd, const double *bwd, int truth,
                                bt_plan_device_use use, int devices, bt_err *err, int *ok) {
   const int D = pl->n_devices;

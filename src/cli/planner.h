@@ -98,6 +98,10 @@ int cli_link_params(const bt_config *c, int n, const bt_device *src_dev, int src
 
 enum { CLI_PROBES_MAX = 16 };
 
+/* The bounds named `name` (auto, scalar, pareto, stair: plan.bounds and
+ * `baton bench plan --bounds`); -1 for another name. */
+int cli_plan_bounds(const char *name, bt_plan_bounds *out);
+
 /* The probe set (bt_profile_probe_set) timed on this process: host times
  * from the calibration store `store` when it holds them (else measured,
  * minimum of 5, and added), mapped through `dev` (NULL: raw host times, the
