@@ -1420,6 +1420,175 @@ static double plan_bound(const ctx *c, int S, const double *f, const double *b, 
   return P + x + o[0];
 }
 
+/* The compiled replay of S stages, built on first use. */
+static const prog *prog_for(bb *t, int S) {
+  ctx *c = t->c;
+  if (!t->progs[S].ops) {
+    if (!c->built[S]) {
+      if (bt_schedule_build(&c->sched[S], c->p->kind, S, c->M, t->err) < 0) {
+        t->failed = 1;
+        return NULL;
+      }
+      c->built[S] = 1;
+    }
+    if (prog_build(&t->progs[S], &c->sched[S], t->err) < 0) {
+      t->failed = 1;
+      return NULL;
+    }
+  }
+  return &t->progs[S];
+}
+
+/* Makespan of the plan (S, dev, first), or INFINITY if it breaks a device-use
+ * rule or a memory cap, or cannot beat the incumbent (plan_bound). Used by
+ * the local search, which builds plans outside the tree. */
+static double plan_cost(bb *t, int S, const int *dev, const int *first) {
+  ctx *c = t->c;
+  size_t U = 0;
+  for (int s = 0; s < S; s++) {
+    U |= (size_t)1 << dev[s];
+    if (first[s + 1] > jmax_of(t, dev[s], S - s, first[s]))
+      return INFINITY;
+    if (s > 0 && !next_allowed(c, dev[s - 1], dev[s]))
+      return INFINITY;
+  }
+  if (!root_allowed(c, U, dev[0]))
+    return INFINITY;
+  double f[MAXD], b[MAXD], a[MAXD], g[MAXD], o[MAXD];
+  for (int s = 0; s < S; s++) {
+    size_t k = ij(t, dev[s], first[s], first[s + 1]);
+    f[s] = t->sf[k], b[s] = t->sb[k], o[s] = t->so[k];
+    a[s] = g[s] = 0.0;
+    if (s + 1 < S)
+      link_time(c, dev[s], dev[s + 1], first[s + 1], &a[s], &g[s]);
+  }
+  if (plan_bound(c, S, f, b, a, g, o) >= t->best)
+    return INFINITY;
+  const prog *pg = prog_for(t, S);
+  return pg ? prog_run(pg, S, f, b, a, g, o, t->work) : INFINITY;
+}
+
+/* A neighbour plan under construction: try() keeps it if it beats the
+ * incumbent. */
+typedef struct nbr {
+  int S, dev[MAXD], first[MAXD + 1];
+} nbr;
+
+static int try_nbr(bb *t, const nbr *n) {
+  double mk = plan_cost(t, n->S, n->dev, n->first);
+  if (!(mk < t->best))
+    return 0;
+  t->best = mk;
+  t->best_S = n->S;
+  memcpy(t->best_dev, n->dev, sizeof(int) * n->S);
+  memcpy(t->best_first, n->first, sizeof(int) * (n->S + 1));
+  t->st.polished++;
+  return 1;
+}
+
+static void nbr_of_best(const bb *t, nbr *n) {
+  n->S = t->best_S;
+  memcpy(n->dev, t->best_dev, sizeof(int) * n->S);
+  memcpy(n->first, t->best_first, sizeof(int) * (n->S + 1));
+}
+
+/* One sweep of the neighbourhood of the incumbent: every other position of
+ * one cut, every swap of two stages' devices, every stage moved to an unused
+ * device, every two neighbouring stages merged (on either's device), every
+ * stage split in two with an unused device on either side. Returns 1 at the
+ * first neighbour that beats the incumbent (which it then is). */
+static int polish_sweep(bb *t) {
+  const int L = t->c->L, D = t->c->D;
+  nbr base, n;
+  nbr_of_best(t, &base);
+  const int S = base.S;
+  size_t used = 0;
+  for (int s = 0; s < S; s++)
+    used |= (size_t)1 << base.dev[s];
+  for (int s = 1; s < S; s++)
+    for (int j = base.first[s - 1] + 1; j < base.first[s + 1]; j++) {
+      if (j == base.first[s])
+        continue;
+      n = base;
+      n.first[s] = j;
+      if (try_nbr(t, &n))
+        return 1;
+    }
+  for (int s = 1; s + 1 < S; s++) /* two neighbouring cuts at once */
+    for (int j = base.first[s - 1] + 1; j < base.first[s + 2]; j++)
+      for (int k = j + 1; k < base.first[s + 2]; k++) {
+        if (j == base.first[s] || k == base.first[s + 1])
+          continue;
+        n = base;
+        n.first[s] = j, n.first[s + 1] = k;
+        if (try_nbr(t, &n))
+          return 1;
+      }
+  for (int s = 0; s < S; s++)
+    for (int u = s + 1; u < S; u++) {
+      n = base;
+      n.dev[s] = base.dev[u], n.dev[u] = base.dev[s];
+      if (try_nbr(t, &n))
+        return 1;
+    }
+  for (int s = 0; s < S; s++)
+    for (int e = 0; e < D; e++) {
+      if (used & ((size_t)1 << e))
+        continue;
+      n = base;
+      n.dev[s] = e;
+      if (try_nbr(t, &n))
+        return 1;
+    }
+  for (int s = 1; s < S; s++) /* merge stages s-1 and s */
+    for (int keep = 0; keep < 2; keep++) {
+      n.S = S - 1;
+      for (int q = 0, w = 0; q < S; q++) {
+        if (q == s)
+          continue;
+        n.dev[w] = base.dev[q];
+        n.first[w++] = base.first[q];
+      }
+      n.first[S - 1] = L;
+      n.dev[s - 1] = keep ? base.dev[s] : base.dev[s - 1];
+      if (try_nbr(t, &n))
+        return 1;
+    }
+  if (S == MAXD || S == L)
+    return 0;
+  for (int s = 0; s < S; s++) /* split stage s at j, device e before or after */
+    for (int j = base.first[s] + 1; j < base.first[s + 1]; j++)
+      for (int e = 0; e < D; e++) {
+        if (used & ((size_t)1 << e))
+          continue;
+        for (int after = 0; after < 2; after++) {
+          n.S = S + 1;
+          memcpy(n.dev, base.dev, sizeof(int) * s);
+          memcpy(n.first, base.first, sizeof(int) * (s + 1));
+          n.first[s + 1] = j;
+          n.dev[s] = after ? base.dev[s] : e;
+          n.dev[s + 1] = after ? e : base.dev[s];
+          memcpy(n.dev + s + 2, base.dev + s + 1, sizeof(int) * (S - s - 1));
+          memcpy(n.first + s + 2, base.first + s + 1, sizeof(int) * (S - s));
+          if (try_nbr(t, &n))
+            return 1;
+        }
+      }
+  return 0;
+}
+
+/* Local search from a new incumbent: steps to a better neighbour until none
+ * is (at most POLISH_STEPS steps). A better incumbent prunes more of the
+ * tree; the search stays exact, since every incumbent is a feasible plan's
+ * exact makespan. */
+#define POLISH_STEPS 200
+
+static void polish(bb *t) {
+  for (int k = 0; k < POLISH_STEPS && !t->failed; k++)
+    if (!polish_sweep(t))
+      break;
+}
+
 static void leaf(bb *t, int S) {
   ctx *c = t->c;
   double *f = t->cost, *b = f + MAXD, *a = b + MAXD, *g = a + MAXD, *o = g + MAXD;
@@ -1435,20 +1604,10 @@ static void leaf(bb *t, int S) {
   if (plan_bound(c, S, f, b, a, g, o) >= t->best)
     return;
   t->st.evaluated++;
-  if (!t->progs[S].ops) {
-    if (!c->built[S]) {
-      if (bt_schedule_build(&c->sched[S], c->p->kind, S, c->M, t->err) < 0) {
-        t->failed = 1;
-        return;
-      }
-      c->built[S] = 1;
-    }
-    if (prog_build(&t->progs[S], &c->sched[S], t->err) < 0) {
-      t->failed = 1;
-      return;
-    }
-  }
-  double mk = prog_run(&t->progs[S], S, f, b, a, g, o, t->work);
+  const prog *pg = prog_for(t, S);
+  if (!pg)
+    return;
+  double mk = prog_run(pg, S, f, b, a, g, o, t->work);
   if (t->dive)
     t->stopped = 1;
   if (mk < t->best) {
@@ -1456,6 +1615,7 @@ static void leaf(bb *t, int S) {
     t->best_S = S;
     memcpy(t->best_dev, t->dev, sizeof(int) * S);
     memcpy(t->best_first, t->first, sizeof(int) * (S + 1));
+    polish(t);
   }
 }
 

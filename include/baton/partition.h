@@ -113,6 +113,7 @@ typedef struct bt_plan_stats {
   double table_cpu;   /* thread CPU seconds spent building the stage and bound tables
                          (the rest of the search is the branch and bound) */
   int refined;        /* 1: a second table (Pareto lists or staircase) was built */
+  long polished;      /* incumbents improved by the local search around new plans */
 } bt_plan_stats;
 
 /* Checks the problem's shape and values (sizes, finite non-negative times,
