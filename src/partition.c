@@ -1440,9 +1440,9 @@ static const prog *prog_for(bb *t, int S) {
 }
 
 /* Makespan of the plan (S, dev, first), or INFINITY if it breaks a device-use
- * rule or a memory cap, or cannot beat the incumbent (plan_bound). Used by
- * the local search, which builds plans outside the tree. */
-static double plan_cost(bb *t, int S, const int *dev, const int *first) {
+ * rule or a memory cap, or cannot beat `cutoff` (plan_bound). Used by the
+ * local search, which builds plans outside the tree. */
+static double plan_cost(bb *t, int S, const int *dev, const int *first, double cutoff) {
   ctx *c = t->c;
   size_t U = 0;
   for (int s = 0; s < S; s++) {
@@ -1462,46 +1462,38 @@ static double plan_cost(bb *t, int S, const int *dev, const int *first) {
     if (s + 1 < S)
       link_time(c, dev[s], dev[s + 1], first[s + 1], &a[s], &g[s]);
   }
-  if (plan_bound(c, S, f, b, a, g, o) >= t->best)
+  if (plan_bound(c, S, f, b, a, g, o) >= cutoff)
     return INFINITY;
   const prog *pg = prog_for(t, S);
   return pg ? prog_run(pg, S, f, b, a, g, o, t->work) : INFINITY;
 }
 
-/* A neighbour plan under construction: try() keeps it if it beats the
- * incumbent. */
+/* A plan of the local search and its makespan. */
 typedef struct nbr {
   int S, dev[MAXD], first[MAXD + 1];
+  double cost;
 } nbr;
 
-static int try_nbr(bb *t, const nbr *n) {
-  double mk = plan_cost(t, n->S, n->dev, n->first);
-  if (!(mk < t->best))
+/* Takes n as the current plan *cur if it is faster. */
+static int take_if_faster(bb *t, const nbr *n, nbr *cur) {
+  double mk = plan_cost(t, n->S, n->dev, n->first, cur->cost);
+  if (!(mk < cur->cost))
     return 0;
-  t->best = mk;
-  t->best_S = n->S;
-  memcpy(t->best_dev, n->dev, sizeof(int) * n->S);
-  memcpy(t->best_first, n->first, sizeof(int) * (n->S + 1));
-  t->st.polished++;
+  *cur = *n;
+  cur->cost = mk;
   return 1;
 }
 
-static void nbr_of_best(const bb *t, nbr *n) {
-  n->S = t->best_S;
-  memcpy(n->dev, t->best_dev, sizeof(int) * n->S);
-  memcpy(n->first, t->best_first, sizeof(int) * (n->S + 1));
-}
-
-/* One sweep of the neighbourhood of the incumbent: every other position of
- * one cut, every swap of two stages' devices, every stage moved to an unused
- * device, every two neighbouring stages merged (on either's device), every
- * stage split in two with an unused device on either side. Returns 1 at the
- * first neighbour that beats the incumbent (which it then is). */
-static int polish_sweep(bb *t) {
+/* One sweep of the neighbourhood of *cur: every other position of one cut,
+ * of two neighbouring cuts, every swap of two stages' devices, every stage
+ * moved to an unused device, every two neighbouring stages merged (on
+ * either's device), every stage split in two with an unused device on
+ * either side. Returns 1 at the first faster neighbour (now *cur). */
+static int sweep(bb *t, nbr *cur) {
   const int L = t->c->L, D = t->c->D;
-  nbr base, n;
-  nbr_of_best(t, &base);
+  const nbr base = *cur;
   const int S = base.S;
+  nbr n = base;
   size_t used = 0;
   for (int s = 0; s < S; s++)
     used |= (size_t)1 << base.dev[s];
@@ -1511,24 +1503,24 @@ static int polish_sweep(bb *t) {
         continue;
       n = base;
       n.first[s] = j;
-      if (try_nbr(t, &n))
+      if (take_if_faster(t, &n, cur))
         return 1;
     }
-  for (int s = 1; s + 1 < S; s++) /* two neighbouring cuts at once */
+  for (int s = 1; s + 1 < S; s++)
     for (int j = base.first[s - 1] + 1; j < base.first[s + 2]; j++)
       for (int k = j + 1; k < base.first[s + 2]; k++) {
         if (j == base.first[s] || k == base.first[s + 1])
           continue;
         n = base;
         n.first[s] = j, n.first[s + 1] = k;
-        if (try_nbr(t, &n))
+        if (take_if_faster(t, &n, cur))
           return 1;
       }
   for (int s = 0; s < S; s++)
     for (int u = s + 1; u < S; u++) {
       n = base;
       n.dev[s] = base.dev[u], n.dev[u] = base.dev[s];
-      if (try_nbr(t, &n))
+      if (take_if_faster(t, &n, cur))
         return 1;
     }
   for (int s = 0; s < S; s++)
@@ -1537,7 +1529,7 @@ static int polish_sweep(bb *t) {
         continue;
       n = base;
       n.dev[s] = e;
-      if (try_nbr(t, &n))
+      if (take_if_faster(t, &n, cur))
         return 1;
     }
   for (int s = 1; s < S; s++) /* merge stages s-1 and s */
@@ -1551,7 +1543,7 @@ static int polish_sweep(bb *t) {
       }
       n.first[S - 1] = L;
       n.dev[s - 1] = keep ? base.dev[s] : base.dev[s - 1];
-      if (try_nbr(t, &n))
+      if (take_if_faster(t, &n, cur))
         return 1;
     }
   if (S == MAXD || S == L)
@@ -1570,23 +1562,91 @@ static int polish_sweep(bb *t) {
           n.dev[s + 1] = after ? e : base.dev[s];
           memcpy(n.dev + s + 2, base.dev + s + 1, sizeof(int) * (S - s - 1));
           memcpy(n.first + s + 2, base.first + s + 1, sizeof(int) * (S - s));
-          if (try_nbr(t, &n))
+          if (take_if_faster(t, &n, cur))
             return 1;
         }
       }
   return 0;
 }
 
-/* Local search from a new incumbent: steps to a better neighbour until none
- * is (at most POLISH_STEPS steps). A better incumbent prunes more of the
- * tree; the search stays exact, since every incumbent is a feasible plan's
- * exact makespan. */
-#define POLISH_STEPS 200
+/* Steps from *cur to a faster neighbour until none is (at most
+ * DESCENT_STEPS steps); the result becomes the incumbent if it beats it. A
+ * better incumbent prunes more of the tree; the search stays exact, since
+ * every incumbent is a feasible plan's exact makespan. */
+#define DESCENT_STEPS 200
 
-static void polish(bb *t) {
-  for (int k = 0; k < POLISH_STEPS && !t->failed; k++)
-    if (!polish_sweep(t))
+static void descend(bb *t, nbr *cur) {
+  for (int k = 0; k < DESCENT_STEPS && !t->failed; k++)
+    if (!sweep(t, cur))
       break;
+  if (cur->cost < t->best) {
+    t->best = cur->cost;
+    t->best_S = cur->S;
+    memcpy(t->best_dev, cur->dev, sizeof(int) * cur->S);
+    memcpy(t->best_first, cur->first, sizeof(int) * (cur->S + 1));
+    t->st.polished++;
+  }
+}
+
+static nbr incumbent(const bb *t) {
+  nbr n;
+  n.S = t->best_S;
+  memcpy(n.dev, t->best_dev, sizeof(int) * n.S);
+  memcpy(n.first, t->best_first, sizeof(int) * (n.S + 1));
+  n.cost = t->best;
+  return n;
+}
+
+/* Local search from a new incumbent. */
+static void polish(bb *t) {
+  nbr cur = incumbent(t);
+  descend(t, &cur);
+}
+
+/* Iterated local search once the budget has stopped the tree: KICKS times,
+ * the incumbent with two random changes (a cut moved, two devices swapped or
+ * a stage moved to an unused device; fixed seed, so searches repeat), then
+ * a descent from there. */
+#define KICKS 200
+
+static unsigned kick_rand(unsigned long long *x, unsigned n) {
+  *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+  return (unsigned)(*x % n);
+}
+
+static void kick_search(bb *t) {
+  unsigned long long x = 0x9e3779b97f4a7c15ull;
+  const int D = t->c->D;
+  for (int r = 0; r < KICKS && !t->failed; r++) {
+    nbr n = incumbent(t);
+    for (int m = 0; m < 2; m++) {
+      int S = n.S, s = (int)kick_rand(&x, (unsigned)S);
+      switch (kick_rand(&x, 3)) {
+      case 0: /* a cut to any position between its neighbours */
+        if (S > 1) {
+          s = 1 + (int)kick_rand(&x, (unsigned)(S - 1));
+          int lo = n.first[s - 1] + 1, hi = n.first[s + 1] - 1;
+          n.first[s] = lo + (int)kick_rand(&x, (unsigned)(hi - lo + 1));
+        }
+        break;
+      case 1: { /* two stages swap devices */
+        int u = (int)kick_rand(&x, (unsigned)S), d = n.dev[s];
+        n.dev[s] = n.dev[u], n.dev[u] = d;
+        break;
+      }
+      default: { /* a stage to an unused device */
+        int e = (int)kick_rand(&x, (unsigned)D), taken = 0;
+        for (int q = 0; q < S; q++)
+          taken |= n.dev[q] == e;
+        if (!taken)
+          n.dev[s] = e;
+      }
+      }
+    }
+    n.cost = plan_cost(t, n.S, n.dev, n.first, INFINITY);
+    if (isfinite(n.cost))
+      descend(t, &n);
+  }
 }
 
 static void leaf(bb *t, int S) {
@@ -1824,6 +1884,8 @@ int bt_plan_search(const bt_plan_problem *p, bt_plan *out, bt_plan_stats *stats,
     t.budget = budget;
     search_roots(&t, roots);
   }
+  if (!t.failed && t.stopped && isfinite(t.best))
+    kick_search(&t);
   if (t.failed) {
     rc = -1;
     goto done;
