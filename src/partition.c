@@ -1599,8 +1599,10 @@ static nbr incumbent(const bb *t) {
 
 /* Local search from a new incumbent. */
 static void polish(bb *t) {
+  const double t0 = thread_cpu();
   nbr cur = incumbent(t);
   descend(t, &cur);
+  t->st.local_cpu += thread_cpu() - t0;
 }
 
 /* Iterated local search once the budget has stopped the tree: KICKS times,
@@ -1615,6 +1617,7 @@ static unsigned kick_rand(unsigned long long *x, unsigned n) {
 }
 
 static void kick_search(bb *t) {
+  const double t0 = thread_cpu();
   unsigned long long x = 0x9e3779b97f4a7c15ull;
   const int D = t->c->D;
   for (int r = 0; r < KICKS && !t->failed; r++) {
@@ -1647,6 +1650,7 @@ static void kick_search(bb *t) {
     if (isfinite(n.cost))
       descend(t, &n);
   }
+  t->st.local_cpu += thread_cpu() - t0;
 }
 
 static void leaf(bb *t, int S) {

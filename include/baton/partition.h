@@ -114,6 +114,7 @@ typedef struct bt_plan_stats {
                          (the rest of the search is the branch and bound) */
   int refined;        /* 1: a second table (Pareto lists or staircase) was built */
   long polished;      /* incumbents improved by the local search around new plans */
+  double local_cpu;   /* thread CPU seconds of that local search */
 } bt_plan_stats;
 
 /* Checks the problem's shape and values (sizes, finite non-negative times,

@@ -194,7 +194,8 @@ int bt_cmd_bench_plan(int argc, char **argv) {
       {"vgg16", 0, 16, 8, BT_SCHED_1F1B, 1}, {"resnet18", 0, 16, 8, BT_SCHED_GPIPE, 0},
   };
   plan_prob *q = malloc(sizeof *q);
-  double *t = malloc(2 * (size_t)repeats * sizeof(double)), *tab = t ? t + repeats : NULL;
+  double *t = malloc(3 * (size_t)repeats * sizeof(double)), *tab = t ? t + repeats : NULL,
+         *loc = t ? t + 2 * repeats : NULL;
   if (!q || !t) {
     free(q), free(t);
     return bt_cli_fail("bench plan", "out of memory");
@@ -207,8 +208,8 @@ int bt_cmd_bench_plan(int argc, char **argv) {
          : bounds == BT_PLAN_BOUNDS_PARETO ? "pareto"
                                            : "stair",
          max_nodes ? max_nodes : BT_PLAN_DEFAULT_NODES);
-  printf("%-34s %11s %10s %6s %9s %9s %7s %10s %10s %10s\n", "problem", "search", "tables", "exact",
-         "DP states", "nodes", "stages", "iter (s)", "bound (s)", "even (s)");
+  printf("%-34s %11s %10s %10s %6s %9s %9s %7s %10s %10s %10s\n", "problem", "search", "tables",
+         "local", "exact", "DP states", "nodes", "stages", "iter (s)", "bound (s)", "even (s)");
   int rc = 0;
   for (size_t k = 0; k < sizeof cases / sizeof cases[0] && rc == 0; k++) {
     if (cases[k].large && !large)
@@ -241,16 +242,17 @@ int bt_cmd_bench_plan(int argc, char **argv) {
         rc = bt_cli_fail("bench plan", "%s", err.msg);
       t[r] = bt_cli_cpu_now() - t0;
       tab[r] = st.table_cpu;
+      loc[r] = st.local_cpu;
     }
     int S = cases[k].D < L ? cases[k].D : L;
     if (rc == 0 && bt_plan_even(&q->p, S, &ev, &err) < 0)
       rc = bt_cli_fail("bench plan", "even baseline: %s", err.msg);
     if (rc)
       break;
-    printf("%-34s %8.1f ms %7.1f ms %6s %9ld %9ld %7d %10.4f %10.4f %10.4f\n", name,
+    printf("%-34s %8.1f ms %7.1f ms %7.1f ms %6s %9ld %9ld %7d %10.4f %10.4f %10.4f\n", name,
            1e3 * bt_cli_median(t, repeats), 1e3 * bt_cli_median(tab, repeats),
-           st.exact ? "yes" : "no", st.dp_states, st.nodes, pl.n_stages, pl.iter_time,
-           st.lower_bound, ev.iter_time);
+           1e3 * bt_cli_median(loc, repeats), st.exact ? "yes" : "no", st.dp_states, st.nodes,
+           pl.n_stages, pl.iter_time, st.lower_bound, ev.iter_time);
     fflush(stdout);
   }
   free(q);
