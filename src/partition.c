@@ -1484,20 +1484,14 @@ static int take_if_faster(bb *t, const nbr *n, nbr *cur) {
   return 1;
 }
 
-/* One sweep of the neighbourhood of *cur: every other position of one cut,
- * of two neighbouring cuts, every swap of two stages' devices, every stage
- * moved to an unused device, every two neighbouring stages merged (on
- * either's device), every stage split in two with an unused device on
- * either side. Returns 1 at the first faster neighbour (now *cur). */
-static int sweep(bb *t, nbr *cur) {
-  const int L = t->c->L, D = t->c->D;
+/* The neighbourhood of the local search, in three sweeps; each returns 1 at
+ * the first neighbour faster than *cur (which then is *cur). Cuts: one cut
+ * to any other position between its neighbours, or two neighbouring cuts
+ * together. */
+static int sweep_cuts(bb *t, nbr *cur) {
   const nbr base = *cur;
-  const int S = base.S;
-  nbr n = base;
-  size_t used = 0;
-  for (int s = 0; s < S; s++)
-    used |= (size_t)1 << base.dev[s];
-  for (int s = 1; s < S; s++)
+  nbr n;
+  for (int s = 1; s < base.S; s++)
     for (int j = base.first[s - 1] + 1; j < base.first[s + 1]; j++) {
       if (j == base.first[s])
         continue;
@@ -1506,7 +1500,7 @@ static int sweep(bb *t, nbr *cur) {
       if (take_if_faster(t, &n, cur))
         return 1;
     }
-  for (int s = 1; s + 1 < S; s++)
+  for (int s = 1; s + 1 < base.S; s++)
     for (int j = base.first[s - 1] + 1; j < base.first[s + 2]; j++)
       for (int k = j + 1; k < base.first[s + 2]; k++) {
         if (j == base.first[s] || k == base.first[s + 1])
@@ -1516,15 +1510,30 @@ static int sweep(bb *t, nbr *cur) {
         if (take_if_faster(t, &n, cur))
           return 1;
       }
-  for (int s = 0; s < S; s++)
-    for (int u = s + 1; u < S; u++) {
+  return 0;
+}
+
+static size_t devices_used(const nbr *n) {
+  size_t used = 0;
+  for (int s = 0; s < n->S; s++)
+    used |= (size_t)1 << n->dev[s];
+  return used;
+}
+
+/* Devices: two stages swap theirs, or a stage moves to an unused one. */
+static int sweep_devices(bb *t, nbr *cur) {
+  const nbr base = *cur;
+  const size_t used = devices_used(&base);
+  nbr n;
+  for (int s = 0; s < base.S; s++)
+    for (int u = s + 1; u < base.S; u++) {
       n = base;
       n.dev[s] = base.dev[u], n.dev[u] = base.dev[s];
       if (take_if_faster(t, &n, cur))
         return 1;
     }
-  for (int s = 0; s < S; s++)
-    for (int e = 0; e < D; e++) {
+  for (int s = 0; s < base.S; s++)
+    for (int e = 0; e < t->c->D; e++) {
       if (used & ((size_t)1 << e))
         continue;
       n = base;
@@ -1532,6 +1541,16 @@ static int sweep(bb *t, nbr *cur) {
       if (take_if_faster(t, &n, cur))
         return 1;
     }
+  return 0;
+}
+
+/* Stages: two neighbours merged (on either's device), or one split in two
+ * with an unused device before or after it. */
+static int sweep_stages(bb *t, nbr *cur) {
+  const nbr base = *cur;
+  const int S = base.S, L = t->c->L;
+  const size_t used = devices_used(&base);
+  nbr n;
   for (int s = 1; s < S; s++) /* merge stages s-1 and s */
     for (int keep = 0; keep < 2; keep++) {
       n.S = S - 1;
@@ -1550,7 +1569,7 @@ static int sweep(bb *t, nbr *cur) {
     return 0;
   for (int s = 0; s < S; s++) /* split stage s at j, device e before or after */
     for (int j = base.first[s] + 1; j < base.first[s + 1]; j++)
-      for (int e = 0; e < D; e++) {
+      for (int e = 0; e < t->c->D; e++) {
         if (used & ((size_t)1 << e))
           continue;
         for (int after = 0; after < 2; after++) {
@@ -1567,6 +1586,10 @@ static int sweep(bb *t, nbr *cur) {
         }
       }
   return 0;
+}
+
+static int sweep(bb *t, nbr *cur) {
+  return sweep_cuts(t, cur) || sweep_devices(t, cur) || sweep_stages(t, cur);
 }
 
 /* Steps from *cur to a faster neighbour until none is (at most
