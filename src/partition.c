@@ -1632,7 +1632,7 @@ static void polish(bb *t) {
  * the incumbent with two random changes (a cut moved, two devices swapped or
  * a stage moved to an unused device; fixed seed, so searches repeat), then
  * a descent from there. */
-#define KICKS 200
+#define KICKS 100
 
 static unsigned kick_rand(unsigned long long *x, unsigned n) {
   *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
