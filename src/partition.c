@@ -1661,10 +1661,8 @@ static void kick_search(bb *t) {
         break;
       }
       default: { /* a stage to an unused device */
-        int e = (int)kick_rand(&x, (unsigned)D), taken = 0;
-        for (int q = 0; q < S; q++)
-          taken |= n.dev[q] == e;
-        if (!taken)
+        int e = (int)kick_rand(&x, (unsigned)D);
+        if (!(devices_used(&n) & ((size_t)1 << e)))
           n.dev[s] = e;
       }
       }
