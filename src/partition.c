@@ -1439,9 +1439,27 @@ static const prog *prog_for(bb *t, int S) {
   return &t->progs[S];
 }
 
-/* Makespan of the plan (S, dev, first), or INFINITY if it breaks a device-use
- * rule or a memory cap, or cannot beat `cutoff` (plan_bound). Used by the
- * local search, which builds plans outside the tree. */
+/* Makespan of the plan (S, dev, first) from the stage and link tables, or
+ * INFINITY if the complete-plan bound says it cannot beat `cutoff` (or its
+ * replay cannot be built: t->failed). */
+static double replay_plan(bb *t, int S, const int *dev, const int *first, double cutoff) {
+  double *f = t->cost, *b = f + MAXD, *a = b + MAXD, *g = a + MAXD, *o = g + MAXD;
+  for (int s = 0; s < S; s++) {
+    size_t k = ij(t, dev[s], first[s], first[s + 1]);
+    f[s] = t->sf[k], b[s] = t->sb[k], o[s] = t->so[k];
+    a[s] = g[s] = 0.0;
+    if (s + 1 < S)
+      link_time(t->c, dev[s], dev[s + 1], first[s + 1], &a[s], &g[s]);
+  }
+  if (plan_bound(t->c, S, f, b, a, g, o) >= cutoff)
+    return INFINITY;
+  const prog *pg = prog_for(t, S);
+  return pg ? prog_run(pg, S, f, b, a, g, o, t->work) : INFINITY;
+}
+
+/* replay_plan() of a plan the local search built outside the tree, which
+ * must first be checked: INFINITY if it breaks a device-use rule or a
+ * memory cap. */
 static double plan_cost(bb *t, int S, const int *dev, const int *first, double cutoff) {
   ctx *c = t->c;
   size_t U = 0;
@@ -1454,18 +1472,7 @@ static double plan_cost(bb *t, int S, const int *dev, const int *first, double c
   }
   if (!root_allowed(c, U, dev[0]))
     return INFINITY;
-  double f[MAXD], b[MAXD], a[MAXD], g[MAXD], o[MAXD];
-  for (int s = 0; s < S; s++) {
-    size_t k = ij(t, dev[s], first[s], first[s + 1]);
-    f[s] = t->sf[k], b[s] = t->sb[k], o[s] = t->so[k];
-    a[s] = g[s] = 0.0;
-    if (s + 1 < S)
-      link_time(c, dev[s], dev[s + 1], first[s + 1], &a[s], &g[s]);
-  }
-  if (plan_bound(c, S, f, b, a, g, o) >= cutoff)
-    return INFINITY;
-  const prog *pg = prog_for(t, S);
-  return pg ? prog_run(pg, S, f, b, a, g, o, t->work) : INFINITY;
+  return replay_plan(t, S, dev, first, cutoff);
 }
 
 /* A plan of the local search and its makespan. */
@@ -1675,24 +1682,10 @@ static void kick_search(bb *t) {
 }
 
 static void leaf(bb *t, int S) {
-  ctx *c = t->c;
-  double *f = t->cost, *b = f + MAXD, *a = b + MAXD, *g = a + MAXD, *o = g + MAXD;
-  for (int s = 0; s < S; s++) {
-    int d = t->dev[s], i = t->first[s], j = t->first[s + 1];
-    f[s] = t->sf[ij(t, d, i, j)];
-    b[s] = t->sb[ij(t, d, i, j)];
-    o[s] = t->so[ij(t, d, i, j)];
-    a[s] = g[s] = 0.0;
-    if (s + 1 < S)
-      link_time(c, d, t->dev[s + 1], j, &a[s], &g[s]);
-  }
-  if (plan_bound(c, S, f, b, a, g, o) >= t->best)
+  double mk = replay_plan(t, S, t->dev, t->first, t->best);
+  if (!isfinite(mk))
     return;
   t->st.evaluated++;
-  const prog *pg = prog_for(t, S);
-  if (!pg)
-    return;
-  double mk = prog_run(pg, S, f, b, a, g, o, t->work);
   if (t->dive)
     t->stopped = 1;
   if (mk < t->best) {

@@ -202,12 +202,7 @@ int bt_cmd_bench_plan(int argc, char **argv) {
   }
   printf("baton bench plan: exact plan search, thread CPU time (median of %d), seeded random "
          "heterogeneous problems; bounds %s, node budget %ld\n",
-         repeats,
-         bounds == BT_PLAN_BOUNDS_AUTO     ? "auto"
-         : bounds == BT_PLAN_BOUNDS_SCALAR ? "scalar"
-         : bounds == BT_PLAN_BOUNDS_PARETO ? "pareto"
-                                           : "stair",
-         max_nodes ? max_nodes : BT_PLAN_DEFAULT_NODES);
+         repeats, cli_plan_bounds_name(bounds), max_nodes ? max_nodes : BT_PLAN_DEFAULT_NODES);
   printf("%-34s %11s %10s %10s %6s %9s %9s %7s %10s %10s %10s\n", "problem", "search", "tables",
          "local", "exact", "DP states", "nodes", "stages", "iter (s)", "bound (s)", "even (s)");
   int rc = 0;

@@ -661,16 +661,24 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
 
 /* ---- partitioners ---- */
 
+static const char *const bounds_names[] = {"auto", "scalar", "pareto", "stair"};
+static const bt_plan_bounds bounds_kinds[] = {BT_PLAN_BOUNDS_AUTO, BT_PLAN_BOUNDS_SCALAR,
+                                              BT_PLAN_BOUNDS_PARETO, BT_PLAN_BOUNDS_STAIR};
+
 int cli_plan_bounds(const char *name, bt_plan_bounds *out) {
-  static const char *const names[] = {"auto", "scalar", "pareto", "stair"};
-  static const bt_plan_bounds kinds[] = {BT_PLAN_BOUNDS_AUTO, BT_PLAN_BOUNDS_SCALAR,
-                                         BT_PLAN_BOUNDS_PARETO, BT_PLAN_BOUNDS_STAIR};
-  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
-    if (strcmp(name, names[k]) == 0) {
-      *out = kinds[k];
+  for (size_t k = 0; k < sizeof bounds_names / sizeof bounds_names[0]; k++)
+    if (strcmp(name, bounds_names[k]) == 0) {
+      *out = bounds_kinds[k];
       return 0;
     }
   return -1;
+}
+
+const char *cli_plan_bounds_name(bt_plan_bounds b) {
+  for (size_t k = 0; k < sizeof bounds_kinds / sizeof bounds_kinds[0]; k++)
+    if (bounds_kinds[k] == b)
+      return bounds_names[k];
+  return "?";
 }
 
 /* plan.bounds as the search's enum (the config accepts only those names). */

@@ -101,6 +101,8 @@ enum { CLI_PROBES_MAX = 16 };
 /* The bounds named `name` (auto, scalar, pareto, stair: plan.bounds and
  * `baton bench plan --bounds`); -1 for another name. */
 int cli_plan_bounds(const char *name, bt_plan_bounds *out);
+/* The name of bounds b (as cli_plan_bounds reads it). */
+const char *cli_plan_bounds_name(bt_plan_bounds b);
 
 /* The probe set (bt_profile_probe_set) timed on this process: host times
  * from the calibration store `store` when it holds them (else measured,
