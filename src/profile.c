@@ -375,7 +375,7 @@ static bt_layer deep_layer(bt_rng *r, int *batch) {
 
 int bt_profile_source_fitted(const char *source) {
   return strcmp(source, "random") == 0 || strcmp(source, "deep") == 0 ||
-         strcmp(source, "grid") == 0;
+         strcmp(source, "grid") == 0 || strcmp(source, "big") == 0;
 }
 
 int bt_profile_add_deep(bt_profile *p, uint64_t seed, int n, bt_err *err) {
@@ -462,10 +462,9 @@ static int zoo_conv_specs(const bt_layer *layers, int n, char (**specs)[BT_LAYER
   return count;
 }
 
-int bt_profile_add_deep_grid(bt_profile *p, bt_err *err) {
-  /* The zoo's own convolutions stay out at every batch: their rows are the
-   * evaluation's and the partitioner's test cases, so the grid covers the
-   * regime around them, never them. */
+/* The spec of every convolution of the zoo models (residual sub-layers
+ * included) into *out; returns the count or -1. */
+static int zoo_convolutions(char (**out)[BT_LAYER_SPEC_MAX], bt_err *err) {
   char(*zoo)[BT_LAYER_SPEC_MAX] = NULL;
   int n_zoo = 0, cap = 0;
   for (size_t z = 0; z < sizeof zoo_models / sizeof *zoo_models && n_zoo >= 0; z++) {
@@ -481,17 +480,34 @@ int bt_profile_add_deep_grid(bt_profile *p, bt_err *err) {
     free(zoo);
     return bt_err_set(err, "cannot list the zoo's convolutions (out of memory or a spec too long)");
   }
-  static const int chans[] = {256, 384, 512, 768, 1024};
-  static const int spat[] = {2, 4, 8}, ks[] = {1, 3}, strides[] = {1, 2};
-  static const int batches[] = {1, 2, 4, 8, 16, 32};
+  *out = zoo;
+  return n_zoo;
+}
+
+/* A grid of convolutions: every combination of the given shapes, each at
+ * every batch the filter `fits` accepts, except the zoo's own convolutions
+ * (at any batch): their rows are the evaluation's and the partitioner's test
+ * cases, so a grid covers the regime around them, never them. */
+typedef struct conv_grid {
+  const int *in_c, *out_c, *spat, *ks, *strides, *batches;
+  int n_in_c, n_out_c, n_spat, n_ks, n_strides, n_batches;
+  int (*fits)(bt_layer *l, int batch);
+  const char *source;
+} conv_grid;
+
+static int add_conv_grid(bt_profile *p, const conv_grid *g, bt_err *err) {
+  char(*zoo)[BT_LAYER_SPEC_MAX] = NULL;
+  const int n_zoo = zoo_convolutions(&zoo, err);
+  if (n_zoo < 0)
+    return -1;
   int rc = 0;
-  for (int a = 0; a < 5 && rc >= 0; a++)
-    for (int o = 0; o < 5 && rc >= 0; o++)
-      for (int s = 0; s < 3 && rc >= 0; s++)
-        for (int k = 0; k < 2 && rc >= 0; k++)
-          for (int t = 0; t < 2 && rc >= 0; t++) {
-            bt_layer l = bt_conv2d(chans[o], ks[k], strides[t], ks[k] / 2);
-            l.in = (bt_shape){spat[s], spat[s], chans[a]};
+  for (int a = 0; a < g->n_in_c && rc >= 0; a++)
+    for (int o = 0; o < g->n_out_c && rc >= 0; o++)
+      for (int s = 0; s < g->n_spat && rc >= 0; s++)
+        for (int k = 0; k < g->n_ks && rc >= 0; k++)
+          for (int t = 0; t < g->n_strides && rc >= 0; t++) {
+            bt_layer l = bt_conv2d(g->out_c[o], g->ks[k], g->strides[t], g->ks[k] / 2);
+            l.in = (bt_shape){g->spat[s], g->spat[s], g->in_c[a]};
             char spec[BT_LAYER_SPEC_MAX];
             if (bt_layer_finalize(&l, "grid layer", err) < 0 ||
                 bt_layer_spec_format(&l, spec, sizeof spec) < 0) {
@@ -501,14 +517,48 @@ int bt_profile_add_deep_grid(bt_profile *p, bt_err *err) {
             int in_zoo = 0;
             for (int i = 0; i < n_zoo && !in_zoo; i++)
               in_zoo = strcmp(zoo[i], spec) == 0;
-            for (int b = 0; b < 6 && !in_zoo && rc >= 0; b++) {
+            for (int b = 0; b < g->n_batches && !in_zoo && rc >= 0; b++) {
               bt_layer copy = l;
-              if (affordable(&copy, batches[b]))
-                rc = bt_profile_add(p, copy, batches[b], "grid", err);
+              if (g->fits(&copy, g->batches[b]))
+                rc = bt_profile_add(p, copy, g->batches[b], g->source, err);
             }
           }
   free(zoo);
   return rc < 0 ? -1 : 0;
+}
+
+#define N_OF(a) ((int)(sizeof(a) / sizeof *(a)))
+
+int bt_profile_add_deep_grid(bt_profile *p, bt_err *err) {
+  static const int chans[] = {256, 384, 512, 768, 1024};
+  static const int spat[] = {2, 4, 8}, ks[] = {1, 3}, strides[] = {1, 2};
+  static const int batches[] = {1, 2, 4, 8, 16, 32};
+  const conv_grid g = {chans,         chans,         spat,        ks,         strides,
+                       batches,       N_OF(chans),   N_OF(chans), N_OF(spat), N_OF(ks),
+                       N_OF(strides), N_OF(batches), affordable,  "grid"};
+  return add_conv_grid(p, &g, err);
+}
+
+/* The random corpus stops at 4e8 FLOPs; a zoo model's convolutions at batch
+ * 32 reach 2.4e9 (vgg11's 8x8x256 3x3, resnet18's 32x32x64 blocks), where
+ * the host model extrapolated. */
+static int big_enough(bt_layer *l, int batch) {
+  bt_err e;
+  if (bt_layer_finalize(l, "x", &e) < 0)
+    return 0;
+  double elems = (double)bt_shape_elems(l->in) * batch + (double)bt_shape_elems(l->out) * batch;
+  const double f = fwd_flops(l, batch);
+  return f >= 1e8 && f <= 5e9 && elems <= 1.2e7 && l->out.h >= 1;
+}
+
+int bt_profile_add_big_grid(bt_profile *p, bt_err *err) {
+  static const int chans[] = {16, 32, 64, 128, 256, 512};
+  static const int spat[] = {4, 8, 16, 32}, ks[] = {1, 3}, strides[] = {1, 2};
+  static const int batches[] = {8, 16, 32};
+  const conv_grid g = {chans,         chans,         spat,        ks,         strides,
+                       batches,       N_OF(chans),   N_OF(chans), N_OF(spat), N_OF(ks),
+                       N_OF(strides), N_OF(batches), big_enough,  "big"};
+  return add_conv_grid(p, &g, err);
 }
 
 int bt_profile_probe_set(bt_profile *p, bt_err *err) {

@@ -136,6 +136,10 @@ BATON_DATA=$hd expect_ok plan-this-host-sets "hosts/here (this host's sets)" "$b
   "${psyn[@]}" --set devices=rpi4,rpi5 --set partition=predicted
 BATON_DATA=$hd expect_ok predictor-this-host-sets "hosts/here (timed on this host)" "$baton" \
   predictor fit --out "$tmp/pred.txt"
+expect_fail predictor-dump-bad-path "--dump $tmp/no/such/dir.csv: cannot open" "$baton" \
+  predictor eval --data "$hd/predictor/hosts/here" --dump "$tmp/no/such/dir.csv"
+expect_fail predictor-dump-not-fit "--dump is an option of 'baton predictor eval' only" \
+  "$baton" predictor fit --out "$tmp/p2.txt" --dump "$tmp/d.csv"
 rm -rf "$hd/predictor/hosts"
 BATON_DATA=$hd expect_ok plan-default-sets "predictor: fitted on $hd/predictor and" "$baton" plan \
   "${psyn[@]}" --set devices=rpi4,rpi5 --set partition=predicted

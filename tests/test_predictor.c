@@ -163,6 +163,37 @@ Test(predictor, deep_grid_surrounds_but_never_holds_the_zoo_convolutions) {
   bt_profile_free(&zoo);
 }
 
+/* The big grid holds the large convolutions the random corpus stops short
+ * of (its cap is 4e8 FLOPs), around but never on the zoo's own. */
+Test(predictor, big_grid_covers_large_convolutions_but_never_the_zoo) {
+  bt_profile big, zoo;
+  memset(&big, 0, sizeof big);
+  memset(&zoo, 0, sizeof zoo);
+  bt_err err = {{0}};
+  cr_assert_eq(bt_profile_add_big_grid(&big, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_profile_corpus(&zoo, 1, 0, &err), 0, "%s", err.msg);
+  cr_assert_gt(big.n, 300);
+  int above_cap = 0, neighbour = 0;
+  for (int i = 0; i < big.n; i++) {
+    const bt_profile_entry *g = &big.e[i];
+    cr_assert_str_eq(g->source, "big");
+    cr_assert(bt_profile_source_fitted(g->source));
+    const double flops = bt_layer_flops_fwd(&g->layer) * g->batch;
+    cr_assert(g->layer.kind == BT_CONV2D && flops >= 1e8 && flops <= 5e9, "%s at %d: %g FLOPs",
+              g->spec, g->batch, flops);
+    above_cap += flops > 4e8;
+    for (int j = 0; j < zoo.n; j++)
+      if (strcmp(zoo.e[j].source, "probe") != 0)
+        cr_assert_str_neq(g->spec, zoo.e[j].spec, "the big grid holds the zoo layer %s", g->spec);
+    /* resnet18's 32x32x64 -> 64 convolution is left out; a wider output is in. */
+    neighbour += g->batch == 32 && strcmp(g->spec, "conv2d@32x32x64:out=128,k=3x3,s=1,p=1") == 0;
+  }
+  cr_assert_gt(above_cap, 100);
+  cr_assert_eq(neighbour, 1);
+  bt_profile_free(&big);
+  bt_profile_free(&zoo);
+}
+
 Test(predictor, profile_file_round_trip_and_bad_files) {
   bt_profile p, q;
   synth(&p, "rpi4", 20);

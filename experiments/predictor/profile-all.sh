@@ -11,8 +11,10 @@
 # where the weights' bytes set the time; the random corpus never reaches it),
 # and a grid of late-stage convolutions around, never on, the zoo models' own
 # (corpus-host-grid.h5, GRID=1: 256-1024 channels on 2-8 pixels at every batch
-# 1-32, so that the micro-batch sizes plans run are covered).
-#   experiments/predictor/profile-all.sh [REPEATS] [RANDOM] [PASSES] [CORPUS] [DEEP] [GRID]
+# 1-32, so that the micro-batch sizes plans run are covered), and, with BIG=1
+# (default 0), a grid of large convolutions (corpus-host-big.h5: 1e8-5e9
+# FLOPs, above the random corpus's 4e8 cap, never the zoo's own; 8.5 min).
+#   experiments/predictor/profile-all.sh [REPEATS] [RANDOM] [PASSES] [CORPUS] [DEEP] [GRID] [BIG]
 # BATON=path picks the binary (default ./build/baton), OUT=dir the output
 # directory (default data/predictor, the default sets). On another CPU, write
 # them to OUT=data/predictor/hosts/NAME: baton plan, train and predictor then
@@ -33,6 +35,7 @@ passes=${3:-3}
 corpus=${4:-8000}
 deep=${5:-1200}
 grid=${6:-1}
+big=${7:-0}
 out=${OUT:-data/predictor}
 mkdir -p "$out"
 export BLIS_NUM_THREADS=1
@@ -58,4 +61,8 @@ fi
 if [ "$grid" -gt 0 ]; then
   "$baton" profile --device host --seed 4 --random 0 --deep-grid \
     --out "$out/corpus-host-grid.h5" --repeats "$repeats" --passes "$passes" --nodin --quiet
+fi
+if [ "$big" -gt 0 ]; then
+  "$baton" profile --device host --seed 5 --random 0 --big-grid \
+    --out "$out/corpus-host-big.h5" --repeats "$repeats" --passes "$passes" --nodin --quiet
 fi

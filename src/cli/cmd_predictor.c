@@ -31,7 +31,10 @@ static void predictor_usage(FILE *f) {
           "  --residual-memory  add the nearest fitted layers' residuals (slower, larger)\n"
           "  --trees N       boosted trees on the host regressions' residuals (default 100;\n"
           "                  0: the regressions alone)\n"
-          "  --tree-depth D  their depth, 1..6 (default 5)\n");
+          "  --tree-depth D  their depth, 1..6 (default 5)\n"
+          "  --dump FILE     eval: write every seen set's out-of-fold predictions, one CSV row\n"
+          "                  per set and layer (with the host model's and the sets' median\n"
+          "                  host times), for analysis\n");
 }
 
 /* ---- loading the sets ------------------------------------------------------ */
@@ -266,6 +269,7 @@ typedef struct eval_ctx {
   int *order;            /* shuffled rows */
   stages st;
   bt_predictor_options opt;
+  FILE *dump; /* CSV of the seen sets' out-of-fold predictions, or NULL */
 } eval_ctx;
 
 static void predict_rows(const bt_predictor *pr, int dev, const bt_profile *p, const int *fold,
@@ -296,6 +300,35 @@ static double *nan_array(int n) {
   for (int i = 0; v && i < n; i++)
     v[i] = NAN;
   return v;
+}
+
+static double median_host(const bt_profile *const *seen, int n_seen, int row, int bwd) {
+  double v[64];
+  for (int q = 0; q < n_seen; q++)
+    v[q] = bwd ? seen[q]->e[row].host_bwd : seen[q]->e[row].host_fwd;
+  qsort(v, (size_t)n_seen, sizeof *v, cmp_dbl);
+  return v[n_seen / 2];
+}
+
+/* One CSV row per seen set and layer: what the evaluation scored, so that
+ * the misses can be studied by shape (every prediction is out of fold). */
+static int write_dump(FILE *f, const bt_profile *const *seen, const char *const *names, int n_seen,
+                      double *const *pf, double *const *pb, const double *hpf, const double *hpb,
+                      bt_err *err) {
+  fprintf(f, "set,row,source,kind,batch,flops_fwd,fwd,bwd,pred_fwd,pred_bwd,host_fwd,host_bwd,"
+             "median_host_fwd,median_host_bwd,model_host_fwd,model_host_bwd,spec\n");
+  for (int j = 0; j < n_seen; j++)
+    for (int i = 0; i < seen[j]->n; i++) {
+      const bt_profile_entry *e = &seen[j]->e[i];
+      fprintf(f, "%s,%d,%s,%s,%d,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,\"%s\"\n",
+              names[j], i, e->source, bt_layer_kind_name(e->layer.kind), e->batch,
+              (double)e->batch * bt_layer_flops_fwd(&e->layer), e->fwd, e->bwd, pf[j][i], pb[j][i],
+              e->host_fwd, e->host_bwd, median_host(seen, n_seen, i, 0),
+              median_host(seen, n_seen, i, 1), hpf[i], hpb[i], e->spec);
+    }
+  if (fflush(f) != 0 || ferror(f))
+    return bt_err_set(err, "--dump: write failed (disk full?)");
+  return 0;
 }
 
 static int run_eval(eval_ctx *c, bt_err *err) {
@@ -402,6 +435,16 @@ static int run_eval(eval_ctx *c, bt_err *err) {
       acc_merge(&tot_seen[t], &a[t]);
   }
   print_row("ALL seen", tot_seen);
+  if (c->dump) {
+    double *spf[64], *spb[64];
+    for (int j = 0; j < n_seen; j++)
+      spf[j] = pf[seen_idx[j]], spb[j] = pb[seen_idx[j]];
+    if (write_dump(c->dump, seen, seen_names, n_seen, spf, spb, hpf, hpb, err) < 0) {
+      rc = -1;
+      goto done;
+    }
+    printf("(out-of-fold predictions of the seen sets written to the --dump file)\n");
+  }
   /* Where the errors are: pooled seen-device figures by layer kind, and the
    * repeatability of the host measurement itself (each set's host time
    * against the median of all base-host sets: the noise floor). */
@@ -755,6 +798,15 @@ int bt_cmd_predictor(int argc, char **argv) {
       predictor_usage(stdout);
       return 0;
     }
+  const char *dump = NULL;
+  for (int i = 2; i + 1 < argc; i++)
+    if (strcmp(argv[i], "--dump") == 0) {
+      dump = argv[i + 1];
+      for (int j = i; j + 2 <= argc; j++) /* drop the pair */
+        argv[j] = j + 2 < argc ? argv[j + 2] : NULL;
+      argc -= 2;
+      break;
+    }
   for (int i = 2; i + 1 < argc; i++)
     if (strcmp(argv[i], "--train-fraction") == 0) {
       char *end;
@@ -771,13 +823,24 @@ int bt_cmd_predictor(int argc, char **argv) {
   if (parse_common(argc, argv, &dir, &out, &model_file, &device, &model, &batch, &input, &folds,
                    &opt) < 0)
     return 2;
+  if (dump && strcmp(sub, "eval") != 0)
+    return bt_cli_fail("predictor", "--dump is an option of 'baton predictor eval' only") + 1;
+  /* Opened before the two-minute evaluation, so that a bad path fails first. */
+  FILE *dump_file = dump ? fopen(dump, "w") : NULL;
+  if (dump && !dump_file)
+    return bt_cli_fail("predictor", "--dump %s: cannot open for writing; check the directory",
+                       dump) +
+           1;
   bt_err err = {{0}};
   if (strcmp(sub, "fit") == 0 || strcmp(sub, "eval") == 0) {
     if (strcmp(sub, "fit") == 0 && !out)
       return bt_cli_fail("predictor", "fit needs --out FILE") + 1;
     sets S;
-    if (load_sets(dir, &S, &err) < 0)
+    if (load_sets(dir, &S, &err) < 0) {
+      if (dump_file)
+        fclose(dump_file);
       return bt_cli_fail("predictor", "%s", err.msg);
+    }
     printf("baton predictor %s: profiling sets of %s%s\n", sub, dir,
            dir == defdir && per_host ? " (timed on this host)" : "");
     int rc = 0;
@@ -803,7 +866,7 @@ int bt_cmd_predictor(int argc, char **argv) {
         bt_predictor_free(pr);
       }
     } else {
-      eval_ctx c = {.S = &S, .folds = folds, .opt = opt};
+      eval_ctx c = {.S = &S, .folds = folds, .opt = opt, .dump = dump_file};
       const int n = S.p[0].n;
       c.fold = malloc((size_t)n * sizeof(int));
       c.order = malloc((size_t)n * sizeof(int));
@@ -832,6 +895,8 @@ int bt_cmd_predictor(int argc, char **argv) {
       free(c.fold), free(c.order), free(c.keep);
     }
     sets_free(&S);
+    if (dump_file && fclose(dump_file) != 0 && rc == 0)
+      rc = bt_err_set(&err, "--dump %s: write failed (disk full?)", dump);
     return rc < 0 ? bt_cli_fail("predictor", "%s", err.msg) : 0;
   }
   if (strcmp(sub, "predict") == 0) {

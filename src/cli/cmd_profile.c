@@ -25,6 +25,8 @@ static void profile_usage(FILE *f) {
           "                    1-8 pixels, large dense layers; default 0)\n"
           "  --deep-grid       also a grid of late-stage convolutions (256-1024 channels\n"
           "                    on 2-8 pixels, batches 1-32; never the zoo's own)\n"
+          "  --big-grid        also a grid of large convolutions (16-512 channels on 4-32\n"
+          "                    pixels, 1e8-5e9 FLOPs, batches 8-32; never the zoo's own)\n"
           "  --seed S          corpus seed (default 1)\n"
           "  --repeats N       timed runs per layer, minimum kept (default 10)\n"
           "  --passes P        time the whole corpus P times, minimum per layer over the\n"
@@ -57,8 +59,8 @@ static int int_arg(const char *opt, const char *v, int lo, int hi, int *out) {
 
 int bt_cmd_profile(int argc, char **argv) {
   const char *device = NULL, *out = NULL, *arch = "auto";
-  int n_random = 300, n_deep = 0, deep_grid = 0, seed = 1, repeats = 10, passes = 1, threads = 1,
-      probes = 0, quiet = 0, nodin = 0;
+  int n_random = 300, n_deep = 0, deep_grid = 0, big_grid = 0, seed = 1, repeats = 10, passes = 1,
+      threads = 1, probes = 0, quiet = 0, nodin = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -71,6 +73,10 @@ int bt_cmd_profile(int argc, char **argv) {
       quiet = 1;
     } else if (strcmp(a, "--nodin") == 0) {
       nodin = 1;
+    } else if (strcmp(a, "--deep-grid") == 0) {
+      deep_grid = 1;
+    } else if (strcmp(a, "--big-grid") == 0) {
+      big_grid = 1;
     } else if (!v) {
       profile_usage(stderr);
       return bt_cli_fail("profile", "unknown option or missing value: %s", a) + 1;
@@ -83,8 +89,6 @@ int bt_cmd_profile(int argc, char **argv) {
     } else if (strcmp(a, "--random") == 0) {
       if (int_arg(a, argv[++i], 0, 100000, &n_random) < 0)
         return 2;
-    } else if (strcmp(a, "--deep-grid") == 0) {
-      deep_grid = 1;
     } else if (strcmp(a, "--deep") == 0) {
       if (int_arg(a, argv[++i], 0, 100000, &n_deep) < 0)
         return 2;
@@ -137,6 +141,8 @@ int bt_cmd_profile(int argc, char **argv) {
     rc = bt_profile_add_deep(&p, p.seed, n_deep, &err);
   if (rc == 0 && !probes && deep_grid)
     rc = bt_profile_add_deep_grid(&p, &err);
+  if (rc == 0 && !probes && big_grid)
+    rc = bt_profile_add_big_grid(&p, &err);
   if (rc == 0)
     rc = bt_profile_measure(&p, emulated ? &dev : NULL, &host, repeats, wall,
                             quiet ? NULL : progress, (void *)device, &err);
