@@ -533,9 +533,20 @@ int bt_profile_add_deep_grid(bt_profile *p, bt_err *err) {
   static const int chans[] = {256, 384, 512, 768, 1024};
   static const int spat[] = {2, 4, 8}, ks[] = {1, 3}, strides[] = {1, 2};
   static const int batches[] = {1, 2, 4, 8, 16, 32};
-  const conv_grid g = {chans,         chans,         spat,        ks,         strides,
-                       batches,       N_OF(chans),   N_OF(chans), N_OF(spat), N_OF(ks),
-                       N_OF(strides), N_OF(batches), affordable,  "grid"};
+  const conv_grid g = {.in_c = chans,
+                       .out_c = chans,
+                       .spat = spat,
+                       .ks = ks,
+                       .strides = strides,
+                       .batches = batches,
+                       .n_in_c = N_OF(chans),
+                       .n_out_c = N_OF(chans),
+                       .n_spat = N_OF(spat),
+                       .n_ks = N_OF(ks),
+                       .n_strides = N_OF(strides),
+                       .n_batches = N_OF(batches),
+                       .fits = affordable,
+                       .source = "grid"};
   return add_conv_grid(p, &g, err);
 }
 
@@ -555,9 +566,20 @@ int bt_profile_add_big_grid(bt_profile *p, bt_err *err) {
   static const int chans[] = {16, 32, 64, 128, 256, 512};
   static const int spat[] = {4, 8, 16, 32}, ks[] = {1, 3}, strides[] = {1, 2};
   static const int batches[] = {8, 16, 32};
-  const conv_grid g = {chans,         chans,         spat,        ks,         strides,
-                       batches,       N_OF(chans),   N_OF(chans), N_OF(spat), N_OF(ks),
-                       N_OF(strides), N_OF(batches), big_enough,  "big"};
+  const conv_grid g = {.in_c = chans,
+                       .out_c = chans,
+                       .spat = spat,
+                       .ks = ks,
+                       .strides = strides,
+                       .batches = batches,
+                       .n_in_c = N_OF(chans),
+                       .n_out_c = N_OF(chans),
+                       .n_spat = N_OF(spat),
+                       .n_ks = N_OF(ks),
+                       .n_strides = N_OF(strides),
+                       .n_batches = N_OF(batches),
+                       .fits = big_enough,
+                       .source = "big"};
   return add_conv_grid(p, &g, err);
 }
 

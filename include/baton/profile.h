@@ -95,9 +95,9 @@ int bt_profile_add_deep_grid(bt_profile *p, bt_err *err);
 
 /* Adds a grid of large convolutions (source "big"): 16-512 input and output
  * channels (6 powers of 2) on 4-32 pixels, kernels 1 and 3, strides 1 and 2,
- * batches 8, 16 and 32,
- * each kept where its forward takes 1e8-5e9 FLOPs (the random corpus stops
- * at 4e8; the zoo's layers at batch 32 reach 2.4e9), never the zoo's own. */
+ * batches 8, 16 and 32, each kept where its forward takes 1e8-5e9 FLOPs (the
+ * random corpus stops at 4e8; the zoo's layers at batch 32 reach 2.4e9),
+ * never the zoo's own. */
 int bt_profile_add_big_grid(bt_profile *p, bt_err *err);
 
 /* Whether a host corpus row of this source is fitted (randomised layers);

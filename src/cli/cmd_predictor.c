@@ -462,16 +462,12 @@ static int run_eval(eval_ctx *c, bt_err *err) {
           acc_add(&a, pf[seen_idx[j]][i], e->fwd);
         if (isfinite(pb[seen_idx[j]][i]))
           acc_add(&a, pb[seen_idx[j]][i], e->bwd);
-        double v[64], w[64];
-        for (int q = 0; q < n_seen; q++)
-          v[q] = seen[q]->e[i].host_fwd, w[q] = seen[q]->e[i].host_bwd;
-        qsort(v, (size_t)n_seen, sizeof *v, cmp_dbl);
-        qsort(w, (size_t)n_seen, sizeof *w, cmp_dbl);
-        acc_add(&rep, e->host_fwd, v[n_seen / 2]);
-        acc_add(&rep, e->host_bwd, w[n_seen / 2]);
+        const double mf = median_host(seen, n_seen, i, 0), mb = median_host(seen, n_seen, i, 1);
+        acc_add(&rep, e->host_fwd, mf);
+        acc_add(&rep, e->host_bwd, mb);
         if (j == 0) {
-          acc_add(&hm, hpf[i], v[n_seen / 2]);
-          acc_add(&hm, hpb[i], w[n_seen / 2]);
+          acc_add(&hm, hpf[i], mf);
+          acc_add(&hm, hpb[i], mb);
         }
       }
     if (a.n)
