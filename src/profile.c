@@ -488,9 +488,14 @@ static int zoo_convolutions(char (**out)[BT_LAYER_SPEC_MAX], bt_err *err) {
  * every batch the filter `fits` accepts, except the zoo's own convolutions
  * (at any batch): their rows are the evaluation's and the partitioner's test
  * cases, so a grid covers the regime around them, never them. */
+typedef struct int_list {
+  const int *v;
+  int n;
+} int_list;
+#define INT_LIST(a) ((int_list){(a), (int)(sizeof(a) / sizeof *(a))})
+
 typedef struct conv_grid {
-  const int *in_c, *out_c, *spat, *ks, *strides, *batches;
-  int n_in_c, n_out_c, n_spat, n_ks, n_strides, n_batches;
+  int_list in_c, out_c, spat, ks, strides, batches;
   int (*fits)(bt_layer *l, int batch);
   const char *source;
 } conv_grid;
@@ -501,13 +506,14 @@ static int add_conv_grid(bt_profile *p, const conv_grid *g, bt_err *err) {
   if (n_zoo < 0)
     return -1;
   int rc = 0;
-  for (int a = 0; a < g->n_in_c && rc >= 0; a++)
-    for (int o = 0; o < g->n_out_c && rc >= 0; o++)
-      for (int s = 0; s < g->n_spat && rc >= 0; s++)
-        for (int k = 0; k < g->n_ks && rc >= 0; k++)
-          for (int t = 0; t < g->n_strides && rc >= 0; t++) {
-            bt_layer l = bt_conv2d(g->out_c[o], g->ks[k], g->strides[t], g->ks[k] / 2);
-            l.in = (bt_shape){g->spat[s], g->spat[s], g->in_c[a]};
+  for (int a = 0; a < g->in_c.n && rc >= 0; a++)
+    for (int o = 0; o < g->out_c.n && rc >= 0; o++)
+      for (int s = 0; s < g->spat.n && rc >= 0; s++)
+        for (int k = 0; k < g->ks.n && rc >= 0; k++)
+          for (int t = 0; t < g->strides.n && rc >= 0; t++) {
+            const int kernel = g->ks.v[k], side = g->spat.v[s];
+            bt_layer l = bt_conv2d(g->out_c.v[o], kernel, g->strides.v[t], kernel / 2);
+            l.in = (bt_shape){side, side, g->in_c.v[a]};
             char spec[BT_LAYER_SPEC_MAX];
             if (bt_layer_finalize(&l, "grid layer", err) < 0 ||
                 bt_layer_spec_format(&l, spec, sizeof spec) < 0) {
@@ -517,36 +523,22 @@ static int add_conv_grid(bt_profile *p, const conv_grid *g, bt_err *err) {
             int in_zoo = 0;
             for (int i = 0; i < n_zoo && !in_zoo; i++)
               in_zoo = strcmp(zoo[i], spec) == 0;
-            for (int b = 0; b < g->n_batches && !in_zoo && rc >= 0; b++) {
+            for (int b = 0; b < g->batches.n && !in_zoo && rc >= 0; b++) {
               bt_layer copy = l;
-              if (g->fits(&copy, g->batches[b]))
-                rc = bt_profile_add(p, copy, g->batches[b], g->source, err);
+              if (g->fits(&copy, g->batches.v[b]))
+                rc = bt_profile_add(p, copy, g->batches.v[b], g->source, err);
             }
           }
   free(zoo);
   return rc < 0 ? -1 : 0;
 }
 
-#define N_OF(a) ((int)(sizeof(a) / sizeof *(a)))
-
 int bt_profile_add_deep_grid(bt_profile *p, bt_err *err) {
   static const int chans[] = {256, 384, 512, 768, 1024};
   static const int spat[] = {2, 4, 8}, ks[] = {1, 3}, strides[] = {1, 2};
   static const int batches[] = {1, 2, 4, 8, 16, 32};
-  const conv_grid g = {.in_c = chans,
-                       .out_c = chans,
-                       .spat = spat,
-                       .ks = ks,
-                       .strides = strides,
-                       .batches = batches,
-                       .n_in_c = N_OF(chans),
-                       .n_out_c = N_OF(chans),
-                       .n_spat = N_OF(spat),
-                       .n_ks = N_OF(ks),
-                       .n_strides = N_OF(strides),
-                       .n_batches = N_OF(batches),
-                       .fits = affordable,
-                       .source = "grid"};
+  const conv_grid g = {INT_LIST(chans),   INT_LIST(chans),   INT_LIST(spat), INT_LIST(ks),
+                       INT_LIST(strides), INT_LIST(batches), affordable,     "grid"};
   return add_conv_grid(p, &g, err);
 }
 
@@ -566,20 +558,8 @@ int bt_profile_add_big_grid(bt_profile *p, bt_err *err) {
   static const int chans[] = {16, 32, 64, 128, 256, 512};
   static const int spat[] = {4, 8, 16, 32}, ks[] = {1, 3}, strides[] = {1, 2};
   static const int batches[] = {8, 16, 32};
-  const conv_grid g = {.in_c = chans,
-                       .out_c = chans,
-                       .spat = spat,
-                       .ks = ks,
-                       .strides = strides,
-                       .batches = batches,
-                       .n_in_c = N_OF(chans),
-                       .n_out_c = N_OF(chans),
-                       .n_spat = N_OF(spat),
-                       .n_ks = N_OF(ks),
-                       .n_strides = N_OF(strides),
-                       .n_batches = N_OF(batches),
-                       .fits = big_enough,
-                       .source = "big"};
+  const conv_grid g = {INT_LIST(chans),   INT_LIST(chans),   INT_LIST(spat), INT_LIST(ks),
+                       INT_LIST(strides), INT_LIST(batches), big_enough,     "big"};
   return add_conv_grid(p, &g, err);
 }
 
