@@ -314,7 +314,7 @@ static double median_host(const bt_profile *const *seen, int n_seen, int row, in
  * the misses can be studied by shape (every prediction is out of fold). */
 static int write_dump(FILE *f, const bt_profile *const *seen, const char *const *names, int n_seen,
                       double *const *pf, double *const *pb, const double *hpf, const double *hpb,
-                      bt_err *err) {
+                      const double *mhf, const double *mhb, bt_err *err) {
   fprintf(f, "set,row,source,kind,batch,flops_fwd,fwd,bwd,pred_fwd,pred_bwd,host_fwd,host_bwd,"
              "median_host_fwd,median_host_bwd,model_host_fwd,model_host_bwd,spec\n");
   for (int j = 0; j < n_seen; j++)
@@ -323,8 +323,7 @@ static int write_dump(FILE *f, const bt_profile *const *seen, const char *const 
       fprintf(f, "%s,%d,%s,%s,%d,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,\"%s\"\n",
               names[j], i, e->source, bt_layer_kind_name(e->layer.kind), e->batch,
               (double)e->batch * bt_layer_flops_fwd(&e->layer), e->fwd, e->bwd, pf[j][i], pb[j][i],
-              e->host_fwd, e->host_bwd, median_host(seen, n_seen, i, 0),
-              median_host(seen, n_seen, i, 1), hpf[i], hpb[i], e->spec);
+              e->host_fwd, e->host_bwd, mhf[i], mhb[i], hpf[i], hpb[i], e->spec);
     }
   if (fflush(f) != 0 || ferror(f))
     return bt_err_set(err, "--dump: write failed (disk full?)");
@@ -351,7 +350,7 @@ static int run_eval(eval_ctx *c, bt_err *err) {
       vf[k][q] = nan_array(n), vb[k][q] = nan_array(n);
   }
   unsigned char *use = malloc((size_t)n), *used = calloc((size_t)n, 1);
-  double *hpf = nan_array(n), *hpb = nan_array(n);
+  double *hpf = nan_array(n), *hpb = nan_array(n), *mhf = nan_array(n), *mhb = nan_array(n);
   bt_profile *seen_sets = malloc((size_t)n_seen * sizeof *seen_sets);
   for (int j = 0; j < n_seen; j++)
     seen_sets[j] = *seen[j]; /* shallow copies: the fit only reads */
@@ -425,6 +424,9 @@ static int run_eval(eval_ctx *c, bt_err *err) {
          "hold join every fit of the host model)\n",
          S->n_corpora, corpus_rows);
   printf("one fit (host regressions + %d heads): %.2f s\n", n_seen, fit_seconds / c->folds);
+  /* Each row's median host time over the seen sets: the host model's target. */
+  for (int i = 0; i < n; i++)
+    mhf[i] = median_host(seen, n_seen, i, 0), mhb[i] = median_host(seen, n_seen, i, 1);
   acc tot_seen[3] = {{0}};
   print_header("(a) seen devices (fitted on their own profiling sets)");
   for (int j = 0; j < n_seen; j++) {
@@ -439,7 +441,7 @@ static int run_eval(eval_ctx *c, bt_err *err) {
     double *spf[64], *spb[64];
     for (int j = 0; j < n_seen; j++)
       spf[j] = pf[seen_idx[j]], spb[j] = pb[seen_idx[j]];
-    if (write_dump(c->dump, seen, seen_names, n_seen, spf, spb, hpf, hpb, err) < 0) {
+    if (write_dump(c->dump, seen, seen_names, n_seen, spf, spb, hpf, hpb, mhf, mhb, err) < 0) {
       rc = -1;
       goto done;
     }
@@ -462,12 +464,11 @@ static int run_eval(eval_ctx *c, bt_err *err) {
           acc_add(&a, pf[seen_idx[j]][i], e->fwd);
         if (isfinite(pb[seen_idx[j]][i]))
           acc_add(&a, pb[seen_idx[j]][i], e->bwd);
-        const double mf = median_host(seen, n_seen, i, 0), mb = median_host(seen, n_seen, i, 1);
-        acc_add(&rep, e->host_fwd, mf);
-        acc_add(&rep, e->host_bwd, mb);
+        acc_add(&rep, e->host_fwd, mhf[i]);
+        acc_add(&rep, e->host_bwd, mhb[i]);
         if (j == 0) {
-          acc_add(&hm, hpf[i], mf);
-          acc_add(&hm, hpb[i], mb);
+          acc_add(&hm, hpf[i], mhf[i]);
+          acc_add(&hm, hpb[i], mhb[i]);
         }
       }
     if (a.n)
@@ -539,17 +540,8 @@ static int run_eval(eval_ctx *c, bt_err *err) {
     /* Base host time of each row: median of the seen sets' host figures. */
     double lr = 0;
     for (int i = 0; i < n; i++) {
-      double v[64];
-      int m = 0;
-      for (int j = 0; j < n_seen; j++)
-        v[m++] = seen[j]->e[i].host_fwd;
-      qsort(v, (size_t)m, sizeof *v, cmp_dbl);
-      double hfi = S->variant[k] ? v[m / 2] : p->e[i].host_fwd;
-      m = 0;
-      for (int j = 0; j < n_seen; j++)
-        v[m++] = seen[j]->e[i].host_bwd;
-      qsort(v, (size_t)m, sizeof *v, cmp_dbl);
-      double hbi = S->variant[k] ? v[m / 2] : p->e[i].host_bwd;
+      double hfi = S->variant[k] ? mhf[i] : p->e[i].host_fwd;
+      double hbi = S->variant[k] ? mhb[i] : p->e[i].host_bwd;
       hf[i] = hfi, hb[i] = hbi;
       lr += log(p->e[i].fwd / hfi) + log(p->e[i].bwd / hbi);
     }
@@ -611,7 +603,7 @@ done:
     for (int q = 0; q < N_PROBE_COUNTS; q++)
       free(vf[k][q]), free(vb[k][q]);
   }
-  free(use), free(used), free(seen_sets), free(hpf), free(hpb);
+  free(use), free(used), free(seen_sets), free(hpf), free(hpb), free(mhf), free(mhb);
   return rc;
 }
 
