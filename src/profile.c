@@ -436,17 +436,18 @@ int bt_profile_corpus(bt_profile *p, uint64_t seed, int n_random, bt_err *err) {
   return 0;
 }
 
-/* Appends the spec of every convolution of `layers` (residual sub-layers
- * included) to `specs`; returns the new count or -1. */
-static int zoo_conv_specs(const bt_layer *layers, int n, char (**specs)[BT_LAYER_SPEC_MAX],
-                          int count, int *cap) {
+/* Appends the spec of every layer of `kind` in `layers` to `specs` (for a
+ * residual kind the blocks themselves, for any other kind the residual
+ * blocks' sub-layers too); returns the new count or -1. */
+static int zoo_kind_specs(const bt_layer *layers, int n, bt_layer_kind kind,
+                          char (**specs)[BT_LAYER_SPEC_MAX], int count, int *cap) {
   for (int i = 0; i < n && count >= 0; i++) {
     const bt_layer *l = &layers[i];
-    if (l->kind == BT_RESIDUAL) {
-      count = zoo_conv_specs(l->sub, l->n_body + l->n_short, specs, count, cap);
+    if (l->kind == BT_RESIDUAL && kind != BT_RESIDUAL) {
+      count = zoo_kind_specs(l->sub, l->n_body + l->n_short, kind, specs, count, cap);
       continue;
     }
-    if (l->kind != BT_CONV2D)
+    if (l->kind != kind)
       continue;
     if (count == *cap) {
       *cap = *cap ? 2 * *cap : 64;
@@ -462,9 +463,9 @@ static int zoo_conv_specs(const bt_layer *layers, int n, char (**specs)[BT_LAYER
   return count;
 }
 
-/* The spec of every convolution of the zoo models (residual sub-layers
- * included) into *out; returns the count or -1. */
-static int zoo_convolutions(char (**out)[BT_LAYER_SPEC_MAX], bt_err *err) {
+/* The spec of every layer of `kind` in the zoo models (residual sub-layers
+ * included, see zoo_kind_specs) into *out; returns the count or -1. */
+static int zoo_layers_of(bt_layer_kind kind, char (**out)[BT_LAYER_SPEC_MAX], bt_err *err) {
   char(*zoo)[BT_LAYER_SPEC_MAX] = NULL;
   int n_zoo = 0, cap = 0;
   for (size_t z = 0; z < sizeof zoo_models / sizeof *zoo_models && n_zoo >= 0; z++) {
@@ -473,15 +474,22 @@ static int zoo_convolutions(char (**out)[BT_LAYER_SPEC_MAX], bt_err *err) {
       free(zoo);
       return -1;
     }
-    n_zoo = zoo_conv_specs(m.layers, m.n_layers, &zoo, n_zoo, &cap);
+    n_zoo = zoo_kind_specs(m.layers, m.n_layers, kind, &zoo, n_zoo, &cap);
     bt_model_free(&m);
   }
   if (n_zoo < 0) {
     free(zoo);
-    return bt_err_set(err, "cannot list the zoo's convolutions (out of memory or a spec too long)");
+    return bt_err_set(err, "cannot list the zoo's layers (out of memory or a spec too long)");
   }
   *out = zoo;
   return n_zoo;
+}
+
+static int spec_listed(const char (*specs)[BT_LAYER_SPEC_MAX], int n, const char *spec) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(specs[i], spec) == 0)
+      return 1;
+  return 0;
 }
 
 /* A grid of convolutions: every combination of the given shapes, each at
@@ -502,7 +510,7 @@ typedef struct conv_grid {
 
 static int add_conv_grid(bt_profile *p, const conv_grid *g, bt_err *err) {
   char(*zoo)[BT_LAYER_SPEC_MAX] = NULL;
-  const int n_zoo = zoo_convolutions(&zoo, err);
+  const int n_zoo = zoo_layers_of(BT_CONV2D, &zoo, err);
   if (n_zoo < 0)
     return -1;
   int rc = 0;
@@ -520,9 +528,7 @@ static int add_conv_grid(bt_profile *p, const conv_grid *g, bt_err *err) {
               rc = err && err->msg[0] ? -1 : bt_err_set(err, "grid layer spec too long");
               break;
             }
-            int in_zoo = 0;
-            for (int i = 0; i < n_zoo && !in_zoo; i++)
-              in_zoo = strcmp(zoo[i], spec) == 0;
+            const int in_zoo = spec_listed(zoo, n_zoo, spec);
             for (int b = 0; b < g->batches.n && !in_zoo && rc >= 0; b++) {
               bt_layer copy = l;
               if (g->fits(&copy, g->batches.v[b]))
@@ -561,6 +567,108 @@ int bt_profile_add_big_grid(bt_profile *p, bt_err *err) {
   const conv_grid g = {INT_LIST(chans),   INT_LIST(chans),   INT_LIST(spat), INT_LIST(ks),
                        INT_LIST(strides), INT_LIST(batches), big_enough,     "big"};
   return add_conv_grid(p, &g, err);
+}
+
+/* Elements of a layer's largest tensor at `batch` (a residual block's
+ * expanded inner tensors included). */
+static double largest_tensor(const bt_layer *l, int batch) {
+  double m = fmax((double)bt_shape_elems(l->in), (double)bt_shape_elems(l->out));
+  for (int j = 0; j < l->n_body + l->n_short; j++)
+    m = fmax(m, (double)bt_shape_elems(l->sub[j].out));
+  return m * batch;
+}
+
+/* Above the random corpus's reach (its tensors stop at 6e6 elements in and
+ * out together, its FLOPs at 4e8) and within a few hundred milliseconds. */
+static int block_big_enough(bt_layer *l, int batch) {
+  bt_err e;
+  if (bt_layer_finalize(l, "x", &e) < 0 || l->out.h < 1)
+    return 0;
+  const double in_out = ((double)bt_shape_elems(l->in) + (double)bt_shape_elems(l->out)) * batch;
+  const double f = fwd_flops(l, batch);
+  return (in_out > 3e6 || f > 4e8) && largest_tensor(l, batch) <= 1.6e7 && f <= 6e9;
+}
+
+/* Adds `l` at every batch of `batches` that block_big_enough accepts,
+ * unless its spec is one of the zoo's; returns 0 or -1. */
+static int add_big_layer(bt_profile *p, bt_layer l, const int_list *batches,
+                         const char (*zoo)[BT_LAYER_SPEC_MAX], int n_zoo, bt_err *err) {
+  char spec[BT_LAYER_SPEC_MAX];
+  if (bt_layer_finalize(&l, "big layer", err) < 0 ||
+      bt_layer_spec_format(&l, spec, sizeof spec) < 0) {
+    bt_layer_release(&l);
+    return err && err->msg[0] ? -1 : bt_err_set(err, "big layer spec too long");
+  }
+  for (int b = 0; b < batches->n && !spec_listed(zoo, n_zoo, spec); b++) {
+    bt_layer copy;
+    if (!block_big_enough(&l, batches->v[b]))
+      continue;
+    /* bt_profile_add owns the layer it adds: give each batch its own copy. */
+    if (bt_layer_spec_parse(spec, &copy, err) < 0 ||
+        bt_profile_add(p, copy, batches->v[b], "big", err) < 0) {
+      bt_layer_release(&l);
+      return -1;
+    }
+  }
+  bt_layer_release(&l);
+  return 0;
+}
+
+int bt_profile_add_big_blocks(bt_profile *p, bt_err *err) {
+  static const bt_layer_kind kinds[] = {BT_DWCONV2D, BT_BATCHNORM, BT_RELU, BT_RELU6, BT_RESIDUAL};
+  static const int batches_v[] = {8, 16, 32};
+  const int_list batches = INT_LIST(batches_v);
+  char(*zoo[5])[BT_LAYER_SPEC_MAX] = {NULL};
+  int n_zoo[5], rc = 0;
+  for (int k = 0; k < 5; k++)
+    if ((n_zoo[k] = zoo_layers_of(kinds[k], &zoo[k], err)) < 0)
+      rc = -1;
+  /* Depthwise convolutions and the element-wise layers around them. */
+  static const int dw_c[] = {16, 32, 48, 64, 96, 128, 144, 192, 256, 384, 576};
+  static const int spat[] = {8, 16, 32}, dk[] = {3, 5}, strides[] = {1, 2};
+  for (size_t c = 0; c < sizeof dw_c / sizeof *dw_c && rc == 0; c++)
+    for (size_t s = 0; s < sizeof spat / sizeof *spat && rc == 0; s++) {
+      const bt_shape in = {spat[s], spat[s], dw_c[c]};
+      for (size_t k = 0; k < sizeof dk / sizeof *dk && rc == 0; k++)
+        for (size_t t = 0; t < sizeof strides / sizeof *strides && rc == 0; t++) {
+          bt_layer l = bt_dwconv2d(dk[k], strides[t], dk[k] / 2);
+          l.in = in;
+          rc = add_big_layer(p, l, &batches, zoo[0], n_zoo[0], err);
+        }
+      bt_layer ew[] = {bt_batchnorm(), bt_relu(), bt_relu6()};
+      for (int e = 0; e < 3 && rc == 0; e++) {
+        ew[e].in = in;
+        rc = add_big_layer(p, ew[e], &batches, zoo[1 + e], n_zoo[1 + e], err);
+      }
+    }
+  /* Inverted residuals (expansion 6, stride 1) and basic blocks, with and
+   * without a projecting shortcut. */
+  static const int ir_c[] = {16, 24, 32, 48, 64, 96, 128};
+  static const int bb_c[] = {32, 48, 64, 96, 128, 192, 256}, bb_s[] = {4, 8, 16, 32};
+  for (size_t c = 0; c < sizeof ir_c / sizeof *ir_c && rc == 0; c++)
+    for (size_t s = 0; s < sizeof spat / sizeof *spat && rc == 0; s++) {
+      const int ch = ir_c[c], e = 6 * ch;
+      bt_layer body[] = {bt_conv2d(e, 1, 1, 0),  bt_batchnorm(), bt_relu6(),
+                         bt_dwconv2d(3, 1, 1),   bt_batchnorm(), bt_relu6(),
+                         bt_conv2d(ch, 1, 1, 0), bt_batchnorm()};
+      bt_layer l = bt_residual(body, 8, NULL, 0, 0);
+      l.in = (bt_shape){spat[s], spat[s], ch};
+      rc = add_big_layer(p, l, &batches, zoo[4], n_zoo[4], err);
+    }
+  for (size_t c = 0; c < sizeof bb_c / sizeof *bb_c && rc == 0; c++)
+    for (size_t s = 0; s < sizeof bb_s / sizeof *bb_s && rc == 0; s++)
+      for (int proj = 0; proj < 2 && rc == 0; proj++) {
+        const int ch = bb_c[c], out = proj ? 2 * ch : ch, st = proj ? 2 : 1;
+        bt_layer body[] = {bt_conv2d(out, 3, st, 1), bt_batchnorm(), bt_relu(),
+                           bt_conv2d(out, 3, 1, 1), bt_batchnorm()};
+        bt_layer sc[] = {bt_conv2d(out, 1, st, 0), bt_batchnorm()};
+        bt_layer l = bt_residual(body, 5, sc, proj ? 2 : 0, 1);
+        l.in = (bt_shape){bb_s[s], bb_s[s], ch};
+        rc = add_big_layer(p, l, &batches, zoo[4], n_zoo[4], err);
+      }
+  for (int k = 0; k < 5; k++)
+    free(zoo[k]);
+  return rc < 0 ? -1 : 0;
 }
 
 int bt_profile_probe_set(bt_profile *p, bt_err *err) {

@@ -194,6 +194,43 @@ Test(predictor, big_grid_covers_large_convolutions_but_never_the_zoo) {
   bt_profile_free(&zoo);
 }
 
+/* The big blocks hold the large depthwise, element-wise and residual
+ * layers the random corpus stops short of (6e6 elements in and out, 4e8
+ * FLOPs), around but never on the zoo's own (residual sub-layers included:
+ * the zoo's top-level rows are the evaluation's). */
+Test(predictor, big_blocks_cover_large_blocks_but_never_the_zoo) {
+  bt_profile big, zoo;
+  memset(&big, 0, sizeof big);
+  memset(&zoo, 0, sizeof zoo);
+  bt_err err = {{0}};
+  cr_assert_eq(bt_profile_add_big_blocks(&big, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_profile_corpus(&zoo, 1, 0, &err), 0, "%s", err.msg);
+  int per_kind[BT_LAYER_KIND_COUNT] = {0}, mbv2_neighbour = 0;
+  for (int i = 0; i < big.n; i++) {
+    const bt_profile_entry *g = &big.e[i];
+    cr_assert_str_eq(g->source, "big");
+    cr_assert(bt_profile_source_fitted(g->source));
+    const bt_layer *l = &g->layer;
+    const double in_out =
+        ((double)bt_shape_elems(l->in) + (double)bt_shape_elems(l->out)) * g->batch;
+    cr_assert(in_out > 3e6 || bt_layer_flops_fwd(l) * g->batch > 4e8, "%s at %d is small", g->spec,
+              g->batch);
+    per_kind[l->kind]++;
+    for (int j = 0; j < zoo.n; j++)
+      if (strcmp(zoo.e[j].source, "probe") != 0)
+        cr_assert_str_neq(g->spec, zoo.e[j].spec, "the big blocks hold the zoo layer %s", g->spec);
+    /* mobilenetv2's 32x32x96 depthwise convolution is left out; 32x32x128 is in. */
+    cr_assert_str_neq(g->spec, "dwconv2d@32x32x96:k=3x3,s=1,p=1");
+    mbv2_neighbour += g->batch == 32 && strcmp(g->spec, "dwconv2d@32x32x128:k=3x3,s=1,p=1") == 0;
+  }
+  cr_assert_eq(mbv2_neighbour, 1);
+  const bt_layer_kind kinds[] = {BT_DWCONV2D, BT_BATCHNORM, BT_RELU, BT_RELU6, BT_RESIDUAL};
+  for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
+    cr_assert_gt(per_kind[kinds[k]], 10, "kind %d: %d rows", (int)kinds[k], per_kind[kinds[k]]);
+  bt_profile_free(&big);
+  bt_profile_free(&zoo);
+}
+
 Test(predictor, profile_file_round_trip_and_bad_files) {
   bt_profile p, q;
   synth(&p, "rpi4", 20);
@@ -310,6 +347,71 @@ Test(predictor, fits_seen_devices_and_the_head_is_the_device_model) {
     ok += fabs(t - s->e[i].fwd) <= 0.05 * s->e[i].fwd;
   }
   cr_assert_geq((double)ok / n, 0.95, "head vs device model: %d of %d within 5%%", ok, n);
+  bt_predictor_free(p);
+  free_world(&w);
+}
+
+/* Re-maps set s (of device `dev`) as if its session's host had other rates. */
+static void remap_session(bt_profile *s, const char *dev, double sgemm, double mem) {
+  bt_err err = {{0}};
+  bt_device host, d;
+  s->host.sgemm_gflops = sgemm;
+  s->host.mem_gbs = mem;
+  cr_assert_eq(bt_host_as_device(&s->host, &host, &err), 0);
+  cr_assert_eq(bt_device_find(dev, DATA_DIR, &d, &err), 0, "%s", err.msg);
+  for (int i = 0; i < s->n; i++) {
+    bt_profile_entry *e = &s->e[i];
+    e->fwd =
+        bt_device_layer_mapped(&d, &host, &e->layer, e->batch, BT_PASS_FWD, e->host_fwd, 0).total;
+    e->bwd =
+        bt_device_layer_mapped(&d, &host, &e->layer, e->batch, BT_PASS_BWD, e->host_bwd, 0).total;
+  }
+}
+
+/* Each set maps host times with the host rates its session measured (they
+ * drift by 10-20% between sets of one profiling run); a head maps with its
+ * set's rates, so it stays the device model and keeps them in the file. */
+Test(predictor, a_head_maps_with_its_sessions_host_rates) {
+  world w;
+  make_world(&w);
+  remap_session(&w.s[0], devs[0], 80, 28); /* the others: 100 GFLOP/s, 20 GB/s */
+  remap_session(&w.s[3], devs[3], 125, 14);
+  bt_predictor *p;
+  bt_err err = {{0}};
+  cr_assert_eq(bt_predictor_fit(w.s, w.names, N_DEVS + 1, NULL, NULL, &p, &err), 0, "%s", err.msg);
+  char path[256];
+  tmp_path(path, sizeof path, "rates.txt");
+  cr_assert_eq(bt_predictor_save(p, path, &err), 0, "%s", err.msg);
+  bt_predictor *q;
+  cr_assert_eq(bt_predictor_load(path, &q, &err), 0, "%s", err.msg);
+  unlink(path);
+  for (int k = 0; k < 4; k += 3) {
+    const bt_profile *s = &w.s[k];
+    int ok = 0, same = 0, n = 0;
+    for (int i = 0; i < s->n; i++)
+      for (int pass = 0; pass < 2; pass++) {
+        const bt_layer_kind kind = s->e[i].layer.kind;
+        if (kind != BT_CONV2D && kind != BT_DENSE && kind != BT_DWCONV2D && kind != BT_RESIDUAL)
+          continue; /* the memory-bound kinds keep their analytic device time */
+        n++;
+        const double h = pass ? s->e[i].host_bwd : s->e[i].host_fwd,
+                     y = pass ? s->e[i].bwd : s->e[i].fwd;
+        const double t = bt_predictor_map_dev(p, k, &s->e[i].layer, s->e[i].batch, pass, h);
+        ok += fabs(t - y) <= 0.02 * y;
+        same += t == bt_predictor_map_dev(q, k, &s->e[i].layer, s->e[i].batch, pass, h);
+      }
+    cr_assert_geq((double)ok / n, 0.97, "%s: head vs device model %d of %d within 2%%", w.names[k],
+                  ok, n);
+    cr_assert_eq(same, n, "%s: the loaded file maps otherwise", w.names[k]);
+  }
+  /* A head adapted from probes (no set of its own) maps with the sets' median
+   * rates, as before; its clone keeps the rates of the head it copies. */
+  cr_assert_geq(bt_predictor_clone_device(p, w.names[3], "rank1:rpi5", &err), 0, "%s", err.msg);
+  const int c = bt_predictor_device(p, "rank1:rpi5");
+  const bt_profile_entry *e = &w.s[3].e[0];
+  cr_assert_eq(bt_predictor_map_dev(p, c, &e->layer, e->batch, BT_PASS_FWD, e->host_fwd),
+               bt_predictor_map_dev(p, 3, &e->layer, e->batch, BT_PASS_FWD, e->host_fwd));
+  bt_predictor_free(q);
   bt_predictor_free(p);
   free_world(&w);
 }

@@ -13,8 +13,15 @@
 # (corpus-host-grid.h5, GRID=1: 256-1024 channels on 2-8 pixels at every batch
 # 1-32, so that the micro-batch sizes plans run are covered), and, with BIG=1
 # (default 0), a grid of large convolutions (corpus-host-big.h5: 1e8-5e9
-# FLOPs, above the random corpus's 4e8 cap, never the zoo's own; 8.5 min).
-#   experiments/predictor/profile-all.sh [REPEATS] [RANDOM] [PASSES] [CORPUS] [DEEP] [GRID] [BIG]
+# FLOPs, above the random corpus's 4e8 cap, never the zoo's own; 8.5 min),
+# and with BLOCKS=1 (default 0) the other large layers (corpus-host-blocks.h5:
+# depthwise convolutions, batch norm, ReLU(6), inverted residuals and basic
+# blocks above the random layers' size cap, never the zoo's own; 6 min), and
+# with MORE=N (default 0) two more random corpora of N layers each from seeds
+# 6 and 8 (corpus-host-2.h5, corpus-host-3.h5; 13-15 min each at 16000).
+#   experiments/predictor/profile-all.sh [REPEATS] [RANDOM] [PASSES] [CORPUS] [DEEP] [GRID] [BIG] [BLOCKS] [MORE]
+# The AMD EPYC host's shipped sets (data/predictor/hosts/amd-epyc-skx):
+#   OUT=data/predictor/hosts/amd-epyc-skx experiments/predictor/profile-all.sh 4 700 3 8000 1200 1 1 1 16000
 # BATON=path picks the binary (default ./build/baton), OUT=dir the output
 # directory (default data/predictor, the default sets). On another CPU, write
 # them to OUT=data/predictor/hosts/NAME: baton plan, train and predictor then
@@ -36,6 +43,8 @@ corpus=${4:-8000}
 deep=${5:-1200}
 grid=${6:-1}
 big=${7:-0}
+blocks=${8:-0}
+more=${9:-0}
 out=${OUT:-data/predictor}
 mkdir -p "$out"
 export BLIS_NUM_THREADS=1
@@ -65,4 +74,14 @@ fi
 if [ "$big" -gt 0 ]; then
   "$baton" profile --device host --seed 5 --random 0 --big-grid \
     --out "$out/corpus-host-big.h5" --repeats "$repeats" --passes "$passes" --nodin --quiet
+fi
+if [ "$blocks" -gt 0 ]; then
+  "$baton" profile --device host --seed 7 --random 0 --big-blocks \
+    --out "$out/corpus-host-blocks.h5" --repeats "$repeats" --passes "$passes" --nodin --quiet
+fi
+if [ "$more" -gt 0 ]; then
+  for s in 6:2 8:3; do
+    "$baton" profile --device host --seed "${s%:*}" --random "$more" \
+      --out "$out/corpus-host-${s#*:}.h5" --repeats "$repeats" --passes "$passes" --nodin --quiet
+  done
 fi

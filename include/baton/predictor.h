@@ -19,7 +19,10 @@
  *     the last-level cache size and its speed-up, and (raw heads: real CPUs)
  *     the slowdown of the GEMM share of the host time. The head turns h into
  *     device time with the device model's own form (device.h): overhead x ops
- *     + h x T_theta(layer) / T_host(layer), roofline and cache included.
+ *     + h x T_theta(layer) / T_host(layer), roofline and cache included;
+ *     T_host with the host rates of the profiling set the head was fitted on
+ *     (each set's session measures its own), the sets' median for a head
+ *     adapted from probes alone.
  *
  * Fitting: the host regressions on every set timed on the base host; each
  * seen device's head by maximum a posteriori Levenberg-Marquardt on log-time
@@ -40,7 +43,7 @@
 #include "baton/profile.h"
 
 #define BT_PREDICTOR_FORMAT "baton-predictor"
-#define BT_PREDICTOR_VERSION 5
+#define BT_PREDICTOR_VERSION 6
 
 enum { BT_PRED_THETA = 10, BT_PRED_DEVICES_MAX = 64 };
 

@@ -100,6 +100,16 @@ int bt_profile_add_deep_grid(bt_profile *p, bt_err *err);
  * never the zoo's own. */
 int bt_profile_add_big_grid(bt_profile *p, bt_err *err);
 
+/* Adds what the random corpus stops short of besides convolutions (source
+ * "big"): depthwise convolutions (16-576 channels on 8-32 pixels, kernels 3
+ * and 5, strides 1 and 2), batch norm, ReLU and ReLU6 on the same shapes,
+ * inverted residuals (16-128 channels, expansion 6) and basic blocks (32-256
+ * channels on 4-32 pixels, with and without a projecting shortcut), at
+ * batches 8, 16 and 32, each kept where its tensors exceed the random
+ * corpus's 6e6 elements or its FLOPs 4e8 (mobilenetv2's and resnet18's early
+ * stages at batch 32), never a zoo model's own layer. */
+int bt_profile_add_big_blocks(bt_profile *p, bt_err *err);
+
 /* Whether a host corpus row of this source is fitted (randomised layers);
  * the zoo's and the probes' rows stay out of the fit, for the evaluation. */
 int bt_profile_source_fitted(const char *source);

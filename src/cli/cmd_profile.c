@@ -27,6 +27,9 @@ static void profile_usage(FILE *f) {
           "                    on 2-8 pixels, batches 1-32; never the zoo's own)\n"
           "  --big-grid        also a grid of large convolutions (16-512 channels on 4-32\n"
           "                    pixels, 1e8-5e9 FLOPs, batches 8-32; never the zoo's own)\n"
+          "  --big-blocks      also large depthwise convolutions, batch norm, ReLU(6),\n"
+          "                    inverted residuals and basic blocks (above the random\n"
+          "                    layers' size cap, batches 8-32; never the zoo's own)\n"
           "  --seed S          corpus seed (default 1)\n"
           "  --repeats N       timed runs per layer, minimum kept (default 10)\n"
           "  --passes P        time the whole corpus P times, minimum per layer over the\n"
@@ -59,8 +62,8 @@ static int int_arg(const char *opt, const char *v, int lo, int hi, int *out) {
 
 int bt_cmd_profile(int argc, char **argv) {
   const char *device = NULL, *out = NULL, *arch = "auto";
-  int n_random = 300, n_deep = 0, deep_grid = 0, big_grid = 0, seed = 1, repeats = 10, passes = 1,
-      threads = 1, probes = 0, quiet = 0, nodin = 0;
+  int n_random = 300, n_deep = 0, deep_grid = 0, big_grid = 0, big_blocks = 0, seed = 1,
+      repeats = 10, passes = 1, threads = 1, probes = 0, quiet = 0, nodin = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -77,6 +80,8 @@ int bt_cmd_profile(int argc, char **argv) {
       deep_grid = 1;
     } else if (strcmp(a, "--big-grid") == 0) {
       big_grid = 1;
+    } else if (strcmp(a, "--big-blocks") == 0) {
+      big_blocks = 1;
     } else if (!v) {
       profile_usage(stderr);
       return bt_cli_fail("profile", "unknown option or missing value: %s", a) + 1;
@@ -143,6 +148,8 @@ int bt_cmd_profile(int argc, char **argv) {
     rc = bt_profile_add_deep_grid(&p, &err);
   if (rc == 0 && !probes && big_grid)
     rc = bt_profile_add_big_grid(&p, &err);
+  if (rc == 0 && !probes && big_blocks)
+    rc = bt_profile_add_big_blocks(&p, &err);
   if (rc == 0)
     rc = bt_profile_measure(&p, emulated ? &dev : NULL, &host, repeats, wall,
                             quiet ? NULL : progress, (void *)device, &err);

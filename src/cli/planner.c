@@ -601,6 +601,9 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
      * population prior. */
     const int h = known ? bt_predictor_clone_device(pr, pl->dev[d].name, pl->head[d], err)
                         : bt_predictor_adapt(pr, pl->head[d], NULL, 0, err);
+    /* A clone maps host times with the rates of the set its head was fitted
+     * on, a new head with the sets' median (the calibration store's rates
+     * instead, tried: mobilenetv2 mix 3 +0.0% -> +6.7%, docs/predictor.md). */
     if (h < 0 || (pl->raw_heads && bt_predictor_set_raw(pr, h, 1) < 0)) {
       rc = -1;
       break;
