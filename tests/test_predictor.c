@@ -404,13 +404,36 @@ Test(predictor, a_head_maps_with_its_sessions_host_rates) {
                   ok, n);
     cr_assert_eq(same, n, "%s: the loaded file maps otherwise", w.names[k]);
   }
-  /* A head adapted from probes (no set of its own) maps with the sets' median
-   * rates, as before; its clone keeps the rates of the head it copies. */
+  /* A clone keeps the rates of the head it copies; bad rates are refused. */
   cr_assert_geq(bt_predictor_clone_device(p, w.names[3], "rank1:rpi5", &err), 0, "%s", err.msg);
   const int c = bt_predictor_device(p, "rank1:rpi5");
   const bt_profile_entry *e = &w.s[3].e[0];
   cr_assert_eq(bt_predictor_map_dev(p, c, &e->layer, e->batch, BT_PASS_FWD, e->host_fwd),
                bt_predictor_map_dev(p, 3, &e->layer, e->batch, BT_PASS_FWD, e->host_fwd));
+  const bt_host_rates bad = {.sgemm_gflops = -1, .mem_gbs = 20};
+  cr_assert_eq(bt_predictor_set_host_rates(p, c, &bad, &err), -1);
+  cr_assert(strstr(err.msg, "sgemm") != NULL, "%s", err.msg);
+  cr_assert_eq(bt_predictor_set_host_rates(p, 99, &w.s[0].host, &err), -1);
+  /* A head adapted from samples of a session maps with that session's rates. */
+  const int k = bt_predictor_adapt(p, "new-rpi5", NULL, 0, &err);
+  cr_assert_eq(bt_predictor_set_host_rates(p, k, &w.s[3].host, &err), 0, "%s", err.msg);
+  bt_pred_sample smp[256];
+  int ns = 0;
+  for (int i = 0; i < w.s[3].n && ns < 256; i++)
+    for (int pass = 0; pass < 2; pass++)
+      smp[ns++] = (bt_pred_sample){&w.s[3].e[i].layer, w.s[3].e[i].batch, pass,
+                                   pass ? w.s[3].e[i].bwd : w.s[3].e[i].fwd};
+  cr_assert_eq(bt_predictor_adapt(p, "new-rpi5", smp, ns, &err), k, "%s", err.msg);
+  int ok = 0, n = 0;
+  for (int i = 0; i < w.s[3].n; i++) {
+    const bt_profile_entry *r = &w.s[3].e[i];
+    if (r->layer.kind != BT_CONV2D && r->layer.kind != BT_DENSE)
+      continue;
+    n++;
+    ok += fabs(bt_predictor_map_dev(p, k, &r->layer, r->batch, BT_PASS_FWD, r->host_fwd) -
+               r->fwd) <= 0.02 * r->fwd;
+  }
+  cr_assert_geq((double)ok / n, 0.97, "adapted head vs device model: %d of %d within 2%%", ok, n);
   bt_predictor_free(q);
   bt_predictor_free(p);
   free_world(&w);

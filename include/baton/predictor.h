@@ -20,9 +20,9 @@
  *     the slowdown of the GEMM share of the host time. The head turns h into
  *     device time with the device model's own form (device.h): overhead x ops
  *     + h x T_theta(layer) / T_host(layer), roofline and cache included;
- *     T_host with the host rates of the profiling set the head was fitted on
- *     (each set's session measures its own), the sets' median for a head
- *     adapted from probes alone.
+ *     T_host with the host rates of the session the head learnt from: its
+ *     profiling set's (each set's session measures its own), or those of the
+ *     probes' session for a head adapted from probes.
  *
  * Fitting: the host regressions on every set timed on the base host; each
  * seen device's head by maximum a posteriori Levenberg-Marquardt on log-time
@@ -115,6 +115,15 @@ int bt_predictor_adapt(bt_predictor *p, const char *device, const bt_pred_sample
  * are fitted raw) scales every layer with its host time. Set it before
  * bt_predictor_adapt. Returns 0 or -1 (bad index). */
 int bt_predictor_set_raw(bt_predictor *p, int dev, int raw);
+
+/* The host rates (sgemm, memory bandwidth) a head maps host times with: the
+ * rates of the session whose host times its device's times map
+ * (bt_device_layer_mapped). A fitted head has its profiling set's rates, a
+ * new one the sets' median; a head adapted from probes should get the
+ * rates of the probes' session (baton train and plan: the calibration
+ * store's). Raw heads ignore them. Set it before bt_predictor_adapt.
+ * Returns 0 or -1 (bad index or rates). */
+int bt_predictor_set_host_rates(bt_predictor *p, int dev, const bt_host_rates *rates, bt_err *err);
 
 /* A copy of a known head under another name (e.g. one per rank, so that each
  * rank's throttling is followed separately). Returns its index or -1. */

@@ -247,6 +247,9 @@ static int adapt_k(bt_predictor *pr, const char *name, const bt_profile *p, int 
   if (slot < 0)
     return -1;
   bt_predictor_set_raw(pr, slot, strcmp(p->device, "host") == 0);
+  /* The held-out set's probes map host times of its own session. */
+  if (bt_predictor_set_host_rates(pr, slot, &p->host, err) < 0)
+    return -1;
   int rows[64];
   int n = adapt_rows(p, k, order, rows);
   bt_pred_sample s[128];

@@ -104,6 +104,7 @@ static int calibrate_model(cli_planner *pl, const char *store, const char *host,
     return -1;
   pl->host_ref_s = BT_CALIB_REFERENCE_FLOPS / (sgemm * 1e9);
   pl->host_sgemm_gflops = sgemm;
+  pl->host_rates = h;
   bt_stage st;
   if (bt_stage_init(&st, pl->model, 0, pl->n_layers, pl->micro_batch, 1, pl->cfg->seed, err) < 0)
     return -1;
@@ -601,10 +602,12 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
      * population prior. */
     const int h = known ? bt_predictor_clone_device(pr, pl->dev[d].name, pl->head[d], err)
                         : bt_predictor_adapt(pr, pl->head[d], NULL, 0, err);
-    /* A clone maps host times with the rates of the set its head was fitted
-     * on, a new head with the sets' median (the calibration store's rates
-     * instead, tried: mobilenetv2 mix 3 +0.0% -> +6.7%, docs/predictor.md). */
-    if (h < 0 || (pl->raw_heads && bt_predictor_set_raw(pr, h, 1) < 0)) {
+    /* A clone keeps the rates of the set its head was fitted on (the
+     * store's instead, tried: mobilenetv2 mix 3 +0.0% -> +6.7% of the
+     * oracle, docs/predictor.md); a new head learns from probes of this
+     * session, which map host times with the calibration store's rates. */
+    if (h < 0 || (pl->raw_heads && bt_predictor_set_raw(pr, h, 1) < 0) ||
+        (!known && bt_predictor_set_host_rates(pr, h, &pl->host_rates, err) < 0)) {
       rc = -1;
       break;
     }

@@ -59,6 +59,7 @@ typedef struct cli_planner {
   double probe_device_s;    /* device seconds of the probe set on the slowest device */
   int n_adapted;            /* devices the predictor did not know (adapted from probes) */
   double host_sgemm_gflops; /* this host's rate, from the calibration store */
+  bt_host_rates host_rates; /* the store's rates, which map host times to devices */
   char sets_dir[4400];      /* the profiling sets the predictor is fitted on */
   int per_host_sets;        /* 1: sets timed on this host (bt_cli_predictor_dir) */
   /* Non-empty when the profiling sets were timed on another host than this
