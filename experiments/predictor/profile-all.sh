@@ -20,8 +20,9 @@
 # with MORE=N (default 0) two more random corpora of N layers each from seeds
 # 6 and 8 (corpus-host-2.h5, corpus-host-3.h5; 13-15 min each at 16000).
 #   experiments/predictor/profile-all.sh [REPEATS] [RANDOM] [PASSES] [CORPUS] [DEEP] [GRID] [BIG] [BLOCKS] [MORE]
-# The AMD EPYC host's shipped sets (data/predictor/hosts/amd-epyc-skx):
-#   OUT=data/predictor/hosts/amd-epyc-skx experiments/predictor/profile-all.sh 4 700 3 8000 1200 1 1 1 16000
+# The sets with every corpus (docs/predictor.md, "More corpora on this
+# machine", its last row; not the shipped ones; about 75 min):
+#   OUT=DIR experiments/predictor/profile-all.sh 4 700 3 8000 1200 1 1 1 16000
 # BATON=path picks the binary (default ./build/baton), OUT=dir the output
 # directory (default data/predictor, the default sets). On another CPU, write
 # them to OUT=data/predictor/hosts/NAME: baton plan, train and predictor then
