@@ -265,6 +265,24 @@ static int affordable(bt_layer *l, int batch) {
   return fwd_flops(l, batch) <= 4e8 && elems <= 6e6 && l->out.h >= 1;
 }
 
+/* A ResNet basic block of `out` channels (stride 2 with a projecting
+ * shortcut when proj), and a MobileNetV2 inverted residual (expansion 6,
+ * stride 1) back to `c` channels. */
+static bt_layer basic_block(int out, int proj) {
+  const int st = proj ? 2 : 1;
+  bt_layer body[] = {bt_conv2d(out, 3, st, 1), bt_batchnorm(), bt_relu(), bt_conv2d(out, 3, 1, 1),
+                     bt_batchnorm()};
+  bt_layer sc[] = {bt_conv2d(out, 1, st, 0), bt_batchnorm()};
+  return bt_residual(body, 5, sc, proj ? 2 : 0, 1);
+}
+
+static bt_layer inverted_residual(int c) {
+  bt_layer body[] = {bt_conv2d(6 * c, 1, 1, 0), bt_batchnorm(), bt_relu6(),
+                     bt_dwconv2d(3, 1, 1),      bt_batchnorm(), bt_relu6(),
+                     bt_conv2d(c, 1, 1, 0),     bt_batchnorm()};
+  return bt_residual(body, 8, NULL, 0, 0);
+}
+
 static bt_layer random_layer(bt_rng *r, int kind_slot, int *batch) {
   static const int batches[] = {1, 2, 4, 8, 16, 32};
   static const int chans[] = {3, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
@@ -315,19 +333,7 @@ static bt_layer random_layer(bt_rng *r, int kind_slot, int *batch) {
       const int v = (int)(bt_rng_u64(r) % 3);
       if (c < 8)
         continue;
-      if (v < 2) {
-        const int proj = v == 1, out = proj ? 2 * c : c, st = proj ? 2 : 1;
-        bt_layer body[] = {bt_conv2d(out, 3, st, 1), bt_batchnorm(), bt_relu(),
-                           bt_conv2d(out, 3, 1, 1), bt_batchnorm()};
-        bt_layer sc[] = {bt_conv2d(out, 1, st, 0), bt_batchnorm()};
-        l = bt_residual(body, 5, sc, proj ? 2 : 0, 1);
-      } else {
-        const int e = 6 * c;
-        bt_layer body[] = {bt_conv2d(e, 1, 1, 0), bt_batchnorm(), bt_relu6(),
-                           bt_dwconv2d(3, 1, 1),  bt_batchnorm(), bt_relu6(),
-                           bt_conv2d(c, 1, 1, 0), bt_batchnorm()};
-        l = bt_residual(body, 8, NULL, 0, 0);
-      }
+      l = v < 2 ? basic_block(v == 1 ? 2 * c : c, v == 1) : inverted_residual(c);
     }
     }
     l.in = (bt_shape){s, s, kind_slot == 0 && bt_rng_u64(r) % 5 == 0 ? 3 : c};
@@ -579,10 +585,10 @@ static double largest_tensor(const bt_layer *l, int batch) {
 }
 
 /* Above the random corpus's reach (its tensors stop at 6e6 elements in and
- * out together, its FLOPs at 4e8) and within a few hundred milliseconds. */
-static int block_big_enough(bt_layer *l, int batch) {
-  bt_err e;
-  if (bt_layer_finalize(l, "x", &e) < 0 || l->out.h < 1)
+ * out together, its FLOPs at 4e8) and within a few hundred milliseconds;
+ * `l` is finalized. */
+static int block_big_enough(const bt_layer *l, int batch) {
+  if (l->out.h < 1)
     return 0;
   const double in_out = ((double)bt_shape_elems(l->in) + (double)bt_shape_elems(l->out)) * batch;
   const double f = fwd_flops(l, batch);
@@ -599,7 +605,8 @@ static int add_big_layer(bt_profile *p, bt_layer l, const int_list *batches,
     bt_layer_release(&l);
     return err && err->msg[0] ? -1 : bt_err_set(err, "big layer spec too long");
   }
-  for (int b = 0; b < batches->n && !spec_listed(zoo, n_zoo, spec); b++) {
+  const int in_zoo = spec_listed(zoo, n_zoo, spec);
+  for (int b = 0; b < batches->n && !in_zoo; b++) {
     bt_layer copy;
     if (!block_big_enough(&l, batches->v[b]))
       continue;
@@ -616,11 +623,12 @@ static int add_big_layer(bt_profile *p, bt_layer l, const int_list *batches,
 
 int bt_profile_add_big_blocks(bt_profile *p, bt_err *err) {
   static const bt_layer_kind kinds[] = {BT_DWCONV2D, BT_BATCHNORM, BT_RELU, BT_RELU6, BT_RESIDUAL};
+  enum { N_KINDS = sizeof kinds / sizeof *kinds };
   static const int batches_v[] = {8, 16, 32};
   const int_list batches = INT_LIST(batches_v);
-  char(*zoo[5])[BT_LAYER_SPEC_MAX] = {NULL};
-  int n_zoo[5], rc = 0;
-  for (int k = 0; k < 5; k++)
+  char(*zoo[N_KINDS])[BT_LAYER_SPEC_MAX] = {NULL};
+  int n_zoo[N_KINDS], rc = 0;
+  for (int k = 0; k < N_KINDS; k++)
     if ((n_zoo[k] = zoo_layers_of(kinds[k], &zoo[k], err)) < 0)
       rc = -1;
   /* Depthwise convolutions and the element-wise layers around them. */
@@ -647,26 +655,18 @@ int bt_profile_add_big_blocks(bt_profile *p, bt_err *err) {
   static const int bb_c[] = {32, 48, 64, 96, 128, 192, 256}, bb_s[] = {4, 8, 16, 32};
   for (size_t c = 0; c < sizeof ir_c / sizeof *ir_c && rc == 0; c++)
     for (size_t s = 0; s < sizeof spat / sizeof *spat && rc == 0; s++) {
-      const int ch = ir_c[c], e = 6 * ch;
-      bt_layer body[] = {bt_conv2d(e, 1, 1, 0),  bt_batchnorm(), bt_relu6(),
-                         bt_dwconv2d(3, 1, 1),   bt_batchnorm(), bt_relu6(),
-                         bt_conv2d(ch, 1, 1, 0), bt_batchnorm()};
-      bt_layer l = bt_residual(body, 8, NULL, 0, 0);
-      l.in = (bt_shape){spat[s], spat[s], ch};
+      bt_layer l = inverted_residual(ir_c[c]);
+      l.in = (bt_shape){spat[s], spat[s], ir_c[c]};
       rc = add_big_layer(p, l, &batches, zoo[4], n_zoo[4], err);
     }
   for (size_t c = 0; c < sizeof bb_c / sizeof *bb_c && rc == 0; c++)
     for (size_t s = 0; s < sizeof bb_s / sizeof *bb_s && rc == 0; s++)
       for (int proj = 0; proj < 2 && rc == 0; proj++) {
-        const int ch = bb_c[c], out = proj ? 2 * ch : ch, st = proj ? 2 : 1;
-        bt_layer body[] = {bt_conv2d(out, 3, st, 1), bt_batchnorm(), bt_relu(),
-                           bt_conv2d(out, 3, 1, 1), bt_batchnorm()};
-        bt_layer sc[] = {bt_conv2d(out, 1, st, 0), bt_batchnorm()};
-        bt_layer l = bt_residual(body, 5, sc, proj ? 2 : 0, 1);
-        l.in = (bt_shape){bb_s[s], bb_s[s], ch};
+        bt_layer l = basic_block(proj ? 2 * bb_c[c] : bb_c[c], proj);
+        l.in = (bt_shape){bb_s[s], bb_s[s], bb_c[c]};
         rc = add_big_layer(p, l, &batches, zoo[4], n_zoo[4], err);
       }
-  for (int k = 0; k < 5; k++)
+  for (int k = 0; k < N_KINDS; k++)
     free(zoo[k]);
   return rc < 0 ? -1 : 0;
 }
