@@ -349,7 +349,7 @@ static int measure_stage(bt_stage *s, const bt_model *m, int mb, const bt_calib_
   s->layer_fwd_s = f;
   s->layer_bwd_s = b;
   const int saved_clock = s->timing_clock;
-  s->timing_clock = CLOCK_THREAD_CPUTIME_ID;
+  s->timing_clock = o->wall_clock ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID;
   const double wall0 = mono_now(), cpu0 = thread_cpu_now();
   for (int r = 0; r < o->repeats + 1; r++) { /* +1: warm-up */
     memset(f, 0, n * sizeof(double));

@@ -82,6 +82,13 @@ struct bt_predictor {
   bt_device host;
   reg hr[N_GROUPS][N_PASS];
   double resid_corr[2];
+  /* The in-model context: log(in-model / back-to-back host time) of the
+   * sets' zoo rows (profiled with --in-model), an intercept and boosted
+   * trees per kind group (residual blocks in their own slot) and pass
+   * (fwd, bwd; the backward without din takes bwd's). in_model: predictions
+   * of unknown host times carry it (bt_predictor_set_in_model). */
+  reg ctx[N_GROUPS][2];
+  int n_ctx_rows, in_model;
   double mu[NP], cov[NP * NP];
   double mu_raw[NP]; /* prior mean of raw heads (mu when none was fitted) */
   int n_dev;
@@ -681,12 +688,45 @@ static void rehost(const bt_device *host, fsample *s) {
   }
 }
 
+static int ctx_group(bt_layer_kind k) { return k == BT_RESIDUAL ? BT_RESIDUAL : group_of(k); }
+
+/* In-model host time over back-to-back host time (1 without a context model). */
+static double context_factor(const bt_predictor *p, const bt_layer *l, int batch, bt_pass pass) {
+  const int cp = pass == BT_PASS_FWD ? 0 : 1;
+  const reg *r = &p->ctx[ctx_group(l->kind)][cp];
+  if (!r->fitted)
+    return 1.0;
+  double y = r->beta[0];
+  if (r->nt > 0) {
+    double xt[MAXT];
+    tree_features(l, batch, cp, xt);
+    y += gbt_eval(r, xt);
+  }
+  return exp(fmax(-1.5, fmin(1.5, y)));
+}
+
+double bt_predictor_context_factor(const bt_predictor *p, const bt_layer *l, int batch,
+                                   bt_pass pass) {
+  return p && l && batch > 0 ? context_factor(p, l, batch, pass) : 1.0;
+}
+
+int bt_predictor_set_in_model(bt_predictor *p, int on) {
+  if (!p)
+    return 0;
+  p->in_model = on && p->n_ctx_rows > 0;
+  return p->in_model;
+}
+
 static void prep(const bt_predictor *p, const bt_device *host, const bt_layer *l, int batch,
                  bt_pass pass, double h, fsample *s) {
   int n = bt_device_layer_ops(l, batch, pass, s->ops, MAX_OPS);
   s->n_ops = n < MAX_OPS ? n : MAX_OPS;
   double gs = 0;
-  const double hp = host_time_g(p, l, batch, pass, &gs);
+  double hp = host_time_g(p, l, batch, pass, &gs);
+  if (p->in_model && !(h > 0)) {
+    const double c = context_factor(p, l, batch, pass);
+    hp = clamp_time(hp * c), gs *= c;
+  }
   s->h = h > 0 ? h : hp;
   s->g = hp > 0 ? fmin(1.0, gs / hp) : 0.0;
   rehost(host, s);
@@ -965,6 +1005,68 @@ static int collect_host_rows(const bt_profile *corpus, const unsigned char *use_
   return m;
 }
 
+enum { CTX_TREES = 50, CTX_DEPTH = 3 };
+
+/* Median over the base sets `from` of entry i's in-model (model) or
+ * back-to-back host seconds of pass cp; NaN when a set has no in-model one. */
+static double median_host_of(const bt_profile *sets, const int *from, int nb, int i, int cp,
+                             int model, double *tmp) {
+  for (int j = 0; j < nb; j++) {
+    const bt_profile_entry *e = &sets[from[j]].e[i];
+    tmp[j] =
+        model ? (cp ? e->host_bwd_model : e->host_fwd_model) : (cp ? e->host_bwd : e->host_fwd);
+    if (!isfinite(tmp[j]))
+      return NAN;
+  }
+  return median_of(tmp, nb);
+}
+
+/* The in-model context (struct bt_predictor): on the zoo rows every base
+ * set timed in their model, y = log of the medians' ratio; an intercept
+ * per group and pass, then shallow boosted trees on what it misses. X holds
+ * at least sets[0].n rows of MAXT features, y-like scratch in res. */
+static int fit_context(bt_predictor *p, const bt_profile *sets, const int *from, int nb,
+                       const unsigned char *use_row, double *y, double *Xt, double *res) {
+  const int n = sets[0].n;
+  double *tmp = malloc((size_t)(nb + 1) * sizeof *tmp);
+  if (!tmp)
+    return -1;
+  p->n_ctx_rows = 0;
+  for (int cp = 0; cp < 2; cp++)
+    for (int g = 0; g < N_GROUPS; g++) {
+      int m = 0, ntf = 0;
+      for (int i = 0; i < n; i++) {
+        const bt_profile_entry *e = &sets[0].e[i];
+        if ((use_row && !use_row[i]) || ctx_group(e->layer.kind) != g)
+          continue;
+        const double a = median_host_of(sets, from, nb, i, cp, 1, tmp);
+        const double b = median_host_of(sets, from, nb, i, cp, 0, tmp);
+        if (!(a > 0) || !(b > 0))
+          continue;
+        ntf = tree_features(&e->layer, e->batch, cp, Xt + (size_t)m * MAXT);
+        y[m++] = log(a / b);
+      }
+      if (m == 0)
+        continue;
+      reg *r = &p->ctx[g][cp];
+      double mean = 0;
+      for (int i = 0; i < m; i++)
+        mean += y[i] / m;
+      r->fitted = 1, r->nf = 0, r->beta[0] = mean;
+      for (int i = 0; i < m; i++) {
+        memmove(Xt + (size_t)i * ntf, Xt + (size_t)i * MAXT, (size_t)ntf * sizeof *Xt);
+        res[i] = y[i] - mean;
+      }
+      if (fit_gbt(r, Xt, m, ntf, res, CTX_TREES, CTX_DEPTH) < 0) {
+        free(tmp);
+        return -1;
+      }
+      p->n_ctx_rows += m;
+    }
+  free(tmp);
+  return 0;
+}
+
 int bt_predictor_fit(const bt_profile *sets, const char *const *names, int n_sets,
                      const unsigned char *use_row, const bt_predictor_options *opt,
                      bt_predictor **out, bt_err *err) {
@@ -1146,6 +1248,11 @@ int bt_predictor_fit_ex(const bt_profile *sets, const char *const *names, int n_
       return bt_err_set(err, "out of memory fitting the boosted trees");
     }
   }
+  if (fit_context(p, sets, from, nb, use_row, X, Xt, res) < 0) {
+    FIT_FREE();
+    bt_predictor_free(p);
+    return bt_err_set(err, "out of memory fitting the in-model context");
+  }
   FIT_FREE();
 #undef FIT_FREE
   p->n_dev = n_sets;
@@ -1234,6 +1341,9 @@ void bt_predictor_free(bt_predictor *p) {
   for (int g = 0; g < N_GROUPS; g++)
     for (int pass = 0; pass < N_PASS; pass++)
       free(p->hr[g][pass].kx), free(p->hr[g][pass].kr), free(p->hr[g][pass].tr);
+  for (int g = 0; g < N_GROUPS; g++)
+    for (int cp = 0; cp < 2; cp++)
+      free(p->ctx[g][cp].tr);
   free(p);
 }
 
@@ -1507,6 +1617,28 @@ static void put_vec(FILE *f, const char *key, const double *v, int n) {
   fprintf(f, "\n");
 }
 
+static void put_reg(FILE *f, const char *tag, int g, int pass, const reg *r) {
+  fprintf(f, "%s %d %d %d %d %.17g %.17g\n", tag, g, pass, r->nf, r->fitted, r->ylo, r->yhi);
+  put_vec(f, " mean", r->mean, r->nf);
+  put_vec(f, " sd", r->sd, r->nf);
+  put_vec(f, " beta", r->beta, r->nf + 1);
+  fprintf(f, " knn %d\n", r->nk);
+  for (int i = 0; i < r->nk; i++) {
+    for (int j = 0; j < r->nf; j++)
+      fprintf(f, " %.6g", (double)r->kx[(size_t)i * r->nf + j]);
+    fprintf(f, " %.6g\n", (double)r->kr[i]);
+  }
+  fprintf(f, " trees %d %d %d\n", r->nt, r->ntf, r->depth);
+  for (int t = 0; t < r->nt; t++) {
+    const gtree *tg = &r->tr[t];
+    for (int j = 0; j < (1 << r->depth) - 1; j++)
+      fprintf(f, " %d %.9g", tg->f[j], (double)tg->thr[j]);
+    for (int j = 0; j < 1 << r->depth; j++)
+      fprintf(f, " %.6g", (double)tg->leaf[j]);
+    fprintf(f, "\n");
+  }
+}
+
 int bt_predictor_save(const bt_predictor *p, const char *path, bt_err *err) {
   FILE *f = fopen(path, "w");
   if (!f)
@@ -1517,28 +1649,12 @@ int bt_predictor_save(const bt_predictor *p, const char *path, bt_err *err) {
   fprintf(f, "host %.17g %.17g\n", p->hostr.sgemm_gflops, p->hostr.mem_gbs);
   put_vec(f, "resid", p->resid_corr, 2);
   for (int g = 0; g < N_GROUPS; g++)
-    for (int pass = 0; pass < N_PASS; pass++) {
-      const reg *r = &p->hr[g][pass];
-      fprintf(f, "reg %d %d %d %d %.17g %.17g\n", g, pass, r->nf, r->fitted, r->ylo, r->yhi);
-      put_vec(f, " mean", r->mean, r->nf);
-      put_vec(f, " sd", r->sd, r->nf);
-      put_vec(f, " beta", r->beta, r->nf + 1);
-      fprintf(f, " knn %d\n", r->nk);
-      for (int i = 0; i < r->nk; i++) {
-        for (int j = 0; j < r->nf; j++)
-          fprintf(f, " %.6g", (double)r->kx[(size_t)i * r->nf + j]);
-        fprintf(f, " %.6g\n", (double)r->kr[i]);
-      }
-      fprintf(f, " trees %d %d %d\n", r->nt, r->ntf, r->depth);
-      for (int t = 0; t < r->nt; t++) {
-        const gtree *tg = &r->tr[t];
-        for (int j = 0; j < (1 << r->depth) - 1; j++)
-          fprintf(f, " %d %.9g", tg->f[j], (double)tg->thr[j]);
-        for (int j = 0; j < 1 << r->depth; j++)
-          fprintf(f, " %.6g", (double)tg->leaf[j]);
-        fprintf(f, "\n");
-      }
-    }
+    for (int pass = 0; pass < N_PASS; pass++)
+      put_reg(f, "reg", g, pass, &p->hr[g][pass]);
+  fprintf(f, "context %d\n", p->n_ctx_rows);
+  for (int g = 0; g < N_GROUPS; g++)
+    for (int cp = 0; cp < 2; cp++)
+      put_reg(f, "ctx", g, cp, &p->ctx[g][cp]);
   put_vec(f, "prior_mu", p->mu, NP);
   put_vec(f, "prior_cov", p->cov, NP * NP);
   put_vec(f, "prior_mu_raw", p->mu_raw, NP);
@@ -1565,6 +1681,64 @@ static int get_vec(FILE *f, const char *key, double *v, int n) {
   return 0;
 }
 
+/* Reads one regression written by put_reg into slots[g * n_pass + pass];
+ * 1 when it parsed and is valid (what it allocated stays in the slot, for
+ * bt_predictor_free). */
+static int get_reg(FILE *f, const char *tag, int n_pass, reg *slots) {
+  char t[16];
+  int g, pass, nf, fitted;
+  double ylo = 0, yhi = 0;
+  int ok = fscanf(f, " %15s %d %d %d %d %lf %lf", t, &g, &pass, &nf, &fitted, &ylo, &yhi) == 7 &&
+           strcmp(t, tag) == 0 && g >= 0 && g < N_GROUPS && isfinite(ylo) && isfinite(yhi) &&
+           pass >= 0 && pass < n_pass && nf >= 0 && nf < MAXF;
+  if (!ok)
+    return 0;
+  reg *r = &slots[g * n_pass + pass];
+  r->nf = nf;
+  r->fitted = fitted != 0;
+  r->ylo = ylo, r->yhi = yhi;
+  ok = get_vec(f, "mean", r->mean, nf) == 0 && get_vec(f, "sd", r->sd, nf) == 0 &&
+       get_vec(f, "beta", r->beta, nf + 1) == 0;
+  for (int j = 0; ok && j < nf; j++)
+    ok = r->sd[j] > 0;
+  int nk = -1;
+  ok = ok && fscanf(f, " knn %d", &nk) == 1 && nk >= 0 && nk < 1000000;
+  if (ok && nk > 0) {
+    r->kx = malloc((size_t)nk * (nf + 1) * sizeof *r->kx);
+    r->kr = malloc((size_t)nk * sizeof *r->kr);
+    ok = r->kx && r->kr;
+    for (int q = 0; ok && q < nk; q++) {
+      for (int j = 0; ok && j < nf; j++)
+        ok = fscanf(f, " %f", &r->kx[(size_t)q * nf + j]) == 1 &&
+             isfinite(r->kx[(size_t)q * nf + j]);
+      ok = ok && fscanf(f, " %f", &r->kr[q]) == 1 && isfinite(r->kr[q]);
+    }
+    r->nk = ok ? nk : 0;
+  }
+  int nt = -1, ntf = -1, depth = -1;
+  ok = ok && fscanf(f, " trees %d %d %d", &nt, &ntf, &depth) == 3 && nt >= 0 && nt <= 100000 &&
+       ntf >= 0 && ntf <= MAXT && depth >= (nt > 0) && depth <= TREE_MAX_DEPTH;
+  r->depth = ok ? depth : 0;
+  if (ok && nt > 0) {
+    r->tr = calloc((size_t)nt, sizeof *r->tr);
+    ok = r->tr != NULL;
+    for (int tt = 0; ok && tt < nt; tt++) {
+      gtree *tg = &r->tr[tt];
+      for (int j = 0; ok && j < (1 << depth) - 1; j++) {
+        int fj = -1;
+        ok =
+            fscanf(f, " %d %f", &fj, &tg->thr[j]) == 2 && fj >= 0 && fj < ntf && !isnan(tg->thr[j]);
+        tg->f[j] = (unsigned char)(ok ? fj : 0);
+      }
+      for (int j = 0; ok && j < 1 << depth; j++)
+        ok = fscanf(f, " %f", &tg->leaf[j]) == 1 && isfinite(tg->leaf[j]);
+    }
+    r->nt = ok ? nt : 0;
+    r->ntf = ntf;
+  }
+  return ok;
+}
+
 int bt_predictor_load(const char *path, bt_predictor **out, bt_err *err) {
   *out = NULL;
   FILE *f = fopen(path, "r");
@@ -1583,58 +1757,11 @@ int bt_predictor_load(const char *path, bt_predictor **out, bt_err *err) {
   ok = ok && bt_host_as_device(&p->hostr, &p->host, err) == 0;
   ok = ok && get_vec(f, "resid", p->resid_corr, 2) == 0 && p->resid_corr[0] > 0 &&
        p->resid_corr[1] > 0;
-  for (int i = 0; ok && i < N_PASS * N_GROUPS; i++) {
-    int g, pass, nf, fitted;
-    double ylo = 0, yhi = 0;
-    ok = fscanf(f, " reg %d %d %d %d %lf %lf", &g, &pass, &nf, &fitted, &ylo, &yhi) == 6 &&
-         g >= 0 && g < N_GROUPS && isfinite(ylo) && isfinite(yhi) && pass >= 0 && pass < N_PASS &&
-         nf >= 0 && nf < MAXF;
-    if (!ok)
-      break;
-    reg *r = &p->hr[g][pass];
-    r->nf = nf;
-    r->fitted = fitted != 0;
-    r->ylo = ylo, r->yhi = yhi;
-    ok = get_vec(f, "mean", r->mean, nf) == 0 && get_vec(f, "sd", r->sd, nf) == 0 &&
-         get_vec(f, "beta", r->beta, nf + 1) == 0;
-    for (int j = 0; ok && j < nf; j++)
-      ok = r->sd[j] > 0;
-    int nk = -1;
-    ok = ok && fscanf(f, " knn %d", &nk) == 1 && nk >= 0 && nk < 1000000;
-    if (ok && nk > 0) {
-      r->kx = malloc((size_t)nk * (nf + 1) * sizeof *r->kx);
-      r->kr = malloc((size_t)nk * sizeof *r->kr);
-      ok = r->kx && r->kr;
-      for (int q = 0; ok && q < nk; q++) {
-        for (int j = 0; ok && j < nf; j++)
-          ok = fscanf(f, " %f", &r->kx[(size_t)q * nf + j]) == 1 &&
-               isfinite(r->kx[(size_t)q * nf + j]);
-        ok = ok && fscanf(f, " %f", &r->kr[q]) == 1 && isfinite(r->kr[q]);
-      }
-      r->nk = ok ? nk : 0;
-    }
-    int nt = -1, ntf = -1, depth = -1;
-    ok = ok && fscanf(f, " trees %d %d %d", &nt, &ntf, &depth) == 3 && nt >= 0 && nt <= 100000 &&
-         ntf >= 0 && ntf <= MAXT && depth >= (nt > 0) && depth <= TREE_MAX_DEPTH;
-    r->depth = ok ? depth : 0;
-    if (ok && nt > 0) {
-      r->tr = calloc((size_t)nt, sizeof *r->tr);
-      ok = r->tr != NULL;
-      for (int t = 0; ok && t < nt; t++) {
-        gtree *tg = &r->tr[t];
-        for (int j = 0; ok && j < (1 << depth) - 1; j++) {
-          int fj = -1;
-          ok = fscanf(f, " %d %f", &fj, &tg->thr[j]) == 2 && fj >= 0 && fj < ntf &&
-               !isnan(tg->thr[j]);
-          tg->f[j] = (unsigned char)(ok ? fj : 0);
-        }
-        for (int j = 0; ok && j < 1 << depth; j++)
-          ok = fscanf(f, " %f", &tg->leaf[j]) == 1 && isfinite(tg->leaf[j]);
-      }
-      r->nt = ok ? nt : 0;
-      r->ntf = ntf;
-    }
-  }
+  for (int i = 0; ok && i < N_PASS * N_GROUPS; i++)
+    ok = get_reg(f, "reg", N_PASS, &p->hr[0][0]);
+  ok = ok && fscanf(f, " context %d", &p->n_ctx_rows) == 1 && p->n_ctx_rows >= 0;
+  for (int i = 0; ok && i < 2 * N_GROUPS; i++)
+    ok = get_reg(f, "ctx", 2, &p->ctx[0][0]);
   ok = ok && get_vec(f, "prior_mu", p->mu, NP) == 0 &&
        get_vec(f, "prior_cov", p->cov, NP * NP) == 0 &&
        get_vec(f, "prior_mu_raw", p->mu_raw, NP) == 0;

@@ -16,6 +16,7 @@
 
 #include "h5util.h"
 
+#include "baton/calib.h"
 #include "baton/gemm.h"
 #include "baton/model.h"
 #include "baton/rng.h"
@@ -248,6 +249,7 @@ int bt_profile_add(bt_profile *p, bt_layer l, int batch, const char *source, bt_
   snprintf(e->spec, sizeof e->spec, "%s", spec);
   snprintf(e->source, sizeof e->source, "%s", source);
   e->host_fwd = e->host_bwd = e->fwd = e->bwd = e->host_bwd_nodin = e->bwd_nodin = NAN;
+  e->host_fwd_model = e->host_bwd_model = e->fwd_model = e->bwd_model = e->spread_model = NAN;
   return 1;
 }
 
@@ -818,6 +820,89 @@ done:
   return rc;
 }
 
+static int find_entry(const bt_profile *p, const bt_layer *l, int batch) {
+  char spec[BT_LAYER_SPEC_MAX];
+  if (bt_layer_spec_format(l, spec, sizeof spec) < 0)
+    return -1;
+  for (int i = 0; i < p->n; i++)
+    if (p->e[i].batch == batch && strcmp(p->e[i].spec, spec) == 0)
+      return i;
+  return -1;
+}
+
+/* Times zoo model `z` whole at `batch`, as the runtime's calibration does
+ * (bt_calib_stage: forward through every layer, then backward, the minimum
+ * of `repeats` runs), and keeps each held row's minimum in fwd/bwd. A
+ * model's first layer computes no input gradient there, so its row keeps
+ * the back-to-back backward. */
+static int time_model_rows(const bt_profile *p, size_t z, int batch, int repeats, int wall,
+                           double *fwd, double *bwd, bt_err *err) {
+  bt_model m;
+  if (bt_zoo_build(zoo_models[z].name, zoo_models[z].in, 10, &m, err) < 0)
+    return -1;
+  int *rows = malloc((size_t)m.n_layers * sizeof *rows), held = 0;
+  double *f = malloc((size_t)m.n_layers * sizeof *f), *b = malloc((size_t)m.n_layers * sizeof *b);
+  int rc = rows && f && b ? 0 : bt_err_set(err, "out of memory timing %s", zoo_models[z].name);
+  for (int i = 0; rc == 0 && i < m.n_layers; i++)
+    held += (rows[i] = find_entry(p, &m.layers[i], batch)) >= 0;
+  bt_stage s;
+  if (rc == 0 && held > 0 && bt_stage_init(&s, &m, 0, m.n_layers, batch, 1, 7, err) == 0) {
+    const bt_calib_options o = {
+        .repeats = repeats, .seed = 1, .batch_size = batch, .wall_clock = wall};
+    bt_calib_result res;
+    rc = bt_calib_stage(&s, &m, batch, &o, f, b, &res, err);
+    for (int i = 0; rc == 0 && i < m.n_layers; i++) {
+      if (rows[i] < 0)
+        continue;
+      fwd[rows[i]] = fmin(fwd[rows[i]], f[i]);
+      if (i > 0)
+        bwd[rows[i]] = fmin(bwd[rows[i]], b[i]);
+    }
+    bt_stage_free(&s);
+  } else if (rc == 0 && held > 0) {
+    rc = -1;
+  }
+  free(rows), free(f), free(b);
+  bt_model_free(&m);
+  return rc;
+}
+
+/* One in-model pass over every zoo model and batch the profile holds rows
+ * of: fwd/bwd per row, INFINITY where no model ran it. Back to back a layer
+ * finds its weights and stashed tensors in the caches; inside its model the
+ * other layers have pushed them out, and the runtime's calibration, the
+ * emulated devices' truth, times it there (docs/predictor.md, item 5). */
+static int time_zoo_in_model(const bt_profile *p, int repeats, int wall, double *fwd, double *bwd,
+                             bt_err *err) {
+  for (int i = 0; i < p->n; i++)
+    fwd[i] = bwd[i] = INFINITY;
+  for (size_t z = 0; z < sizeof zoo_models / sizeof *zoo_models; z++)
+    for (int k = 0; k < 1 + zoo_models[z].two_batches; k++)
+      if (time_model_rows(p, z, k ? 32 : 8, repeats, wall, fwd, bwd, err) < 0)
+        return -1;
+  return 0;
+}
+
+/* Keeps the smallest (best) and second smallest (second) of each row's
+ * finite readings. */
+static void keep_best(int n, const double *t, double *best, double *second) {
+  for (int i = 0; i < n; i++) {
+    if (!isfinite(t[i]))
+      continue;
+    second[i] = fmin(second[i], fmax(best[i], t[i]));
+    best[i] = fmin(best[i], t[i]);
+  }
+}
+
+/* Host seconds `t` of `pass` mapped to `dev` (NULL: the host keeps them);
+ * NaN stays NaN. */
+static double map_pass(const bt_device *dev, const bt_device *host, const bt_profile_entry *e,
+                       bt_pass pass, double t) {
+  if (!isfinite(t) || !dev)
+    return t;
+  return bt_device_layer_mapped(dev, host, &e->layer, e->batch, pass, t, 0).total;
+}
+
 int bt_profile_measure(bt_profile *p, const bt_device *dev, const bt_device *host, int repeats,
                        int wall, bt_profile_progress progress, void *ctx, bt_err *err) {
   if (repeats < 1)
@@ -834,12 +919,15 @@ int bt_profile_measure(bt_profile *p, const bt_device *dev, const bt_device *hos
    * layers (within one pass neighbouring rows' errors correlate), and a
    * later pass finds most of those layers in a quiet moment. */
   const int n = p->n, P = p->passes;
-  double *best = malloc((size_t)(6 * n + 1) * sizeof *best);
+  double *best = malloc((size_t)(12 * n + 1) * sizeof *best);
   if (!best)
     return bt_err_set(err, "out of memory");
   double *bf = best, *bb = best + n, *sf = best + 2 * n, *sb = best + 3 * n;
   double *bn = best + 4 * n, *sn = best + 5 * n;
-  for (int i = 0; i < 6 * n; i++)
+  /* In-model readings of the zoo rows (p->in_model): best, second, one pass. */
+  double *mf = best + 6 * n, *mb = best + 7 * n, *msf = best + 8 * n, *msb = best + 9 * n;
+  double *tf = best + 10 * n, *tb = best + 11 * n;
+  for (int i = 0; i < 12 * n; i++)
     best[i] = INFINITY;
   /* The host rates behind the mapping are kept the same way: measured again
    * before every later pass, the best figures kept (a load burst during the
@@ -878,16 +966,34 @@ int bt_profile_measure(bt_profile *p, const bt_device *dev, const bt_device *hos
       if (progress)
         progress(ctx, pass * n + i + 1, P * n);
     }
+    if (p->in_model) {
+      if (time_zoo_in_model(p, repeats, wall, tf, tb, err) < 0) {
+        free(best);
+        return -1;
+      }
+      keep_best(n, tf, mf, msf);
+      keep_best(n, tb, mb, msb);
+    }
   }
   for (int i = 0; i < n; i++) {
     bt_profile_entry *e = &p->e[i];
     e->host_fwd = bf[i], e->host_bwd = bb[i];
+    /* A zoo row's in-model figures (a model's first layer has no backward
+     * with the input gradient there). */
+    e->host_fwd_model = isfinite(mf[i]) ? mf[i] : NAN;
+    e->host_bwd_model = isfinite(mb[i]) ? mb[i] : NAN;
+    e->spread_model = isfinite(mf[i]) && isfinite(msf[i]) ? (msf[i] - mf[i]) / mf[i] : NAN;
+    if (isfinite(mb[i]) && isfinite(msb[i]))
+      e->spread_model =
+          fmax(isfinite(e->spread_model) ? e->spread_model : 0, (msb[i] - mb[i]) / mb[i]);
     e->host_bwd_nodin = isfinite(bn[i]) ? bn[i] : NAN;
     /* Several passes: the spread is that of the two best passes. */
     if (P > 1)
       e->spread = fmax((sf[i] - bf[i]) / bf[i], (sb[i] - bb[i]) / bb[i]);
     if (P > 1 && isfinite(bn[i]) && isfinite(sn[i]))
       e->spread = fmax(e->spread, (sn[i] - bn[i]) / bn[i]);
+    e->fwd_model = map_pass(dev, &host_best, e, BT_PASS_FWD, e->host_fwd_model);
+    e->bwd_model = map_pass(dev, &host_best, e, BT_PASS_BWD, e->host_bwd_model);
     if (dev) {
       e->fwd =
           bt_device_layer_mapped(dev, &host_best, &e->layer, e->batch, BT_PASS_FWD, e->host_fwd, 0)
@@ -976,6 +1082,8 @@ int bt_profile_write(const bt_profile *p, const char *path, bt_err *err) {
   rc |= attr_num(f, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &seed);
   if (p->host_key[0])
     rc |= attr_str(f, "host_key", p->host_key);
+  const int32_t in_model = p->in_model;
+  rc |= attr_num(f, "zoo_in_model", H5T_STD_I32LE, H5T_NATIVE_INT32, &in_model);
   rc |= attr_num(f, "host_sgemm_gflops", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &p->host.sgemm_gflops);
   rc |= attr_num(f, "host_mem_gbs", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &p->host.mem_gbs);
   if (rc == 0) {
@@ -999,6 +1107,21 @@ int bt_profile_write(const bt_profile *p, const char *path, bt_err *err) {
         v[i] = x[k];
       }
       rc |= write_ds(f, names[k], H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, v);
+    }
+    /* Optional: sets profiled with --in-model (NaN where a layer was not). */
+    int any_model = 0;
+    for (int i = 0; i < p->n; i++)
+      any_model = any_model || isfinite(p->e[i].host_fwd_model);
+    static const char *mnames[] = {"host_fwd_model", "host_bwd_model", "fwd_model", "bwd_model",
+                                   "spread_model"};
+    for (int k = 0; any_model && k < 5; k++) {
+      for (int i = 0; i < p->n; i++) {
+        const bt_profile_entry *e = &p->e[i];
+        const double x[] = {e->host_fwd_model, e->host_bwd_model, e->fwd_model, e->bwd_model,
+                            e->spread_model};
+        v[i] = x[k];
+      }
+      rc |= write_ds(f, mnames[k], H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, v);
     }
     /* Optional: sets profiled with --nodin (NaN where a layer was not). */
     int any = 0;
@@ -1110,6 +1233,9 @@ int bt_profile_read(const char *path, bt_profile *p, bt_err *err) {
     read_attr(f, "seed", H5T_NATIVE_UINT64, &p->seed);
     if (read_attr_str(f, "host_key", p->host_key, sizeof p->host_key) < 0)
       p->host_key[0] = 0; /* optional: sets before it have none */
+    int32_t in_model = 0; /* optional: sets before it timed every row back to back */
+    read_attr(f, "zoo_in_model", H5T_NATIVE_INT32, &in_model);
+    p->in_model = in_model != 0;
     p->threads = thr;
     p->repeats = rep;
     p->passes = pas >= 1 ? pas : 1;
@@ -1143,6 +1269,20 @@ int bt_profile_read(const char *path, bt_profile *p, bt_err *err) {
                     "%s: datasets host_bwd_nodin and bwd_nodin must both exist with one row per "
                     "layer, or neither",
                     path);
+  /* Optional (--in-model): all five or none, NaN or positive. */
+  double *vm[5] = {0};
+  static const char *mnames[] = {"host_fwd_model", "host_bwd_model", "fwd_model", "bwd_model",
+                                 "spread_model"};
+  int has_model = 0;
+  for (int k = 0; rc == 0 && k < 5; k++)
+    has_model += H5Lexists(f, mnames[k], H5P_DEFAULT) > 0;
+  for (int k = 0; rc == 0 && has_model && k < 5; k++)
+    if (read_ds(f, mnames[k], H5T_NATIVE_DOUBLE, &n, (void **)&vm[k], sizeof(double)) < 0)
+      rc = bt_err_set(err,
+                      "%s: dataset %s is missing or has another length than spec (%ld rows); "
+                      "an in-model set has host_fwd_model, host_bwd_model, fwd_model, "
+                      "bwd_model and spread_model",
+                      path, mnames[k], n);
   for (long i = 0; rc == 0 && i < n; i++) {
     if (!specs[i] || !srcs[i]) {
       rc = bt_err_set(err, "%s: row %ld has no spec", path, i);
@@ -1160,6 +1300,12 @@ int bt_profile_read(const char *path, bt_profile *p, bt_err *err) {
                         "%s: row %ld (%.200s): %s = %g; times must be positive and finite "
                         "(NaN: not timed)",
                         path, i, specs[i], k ? "bwd_nodin" : "host_bwd_nodin", vn[k][i]);
+    for (int k = 0; rc == 0 && vm[0] && k < 4; k++)
+      if (!isnan(vm[k][i]) && !(vm[k][i] > 0 && isfinite(vm[k][i])))
+        rc = bt_err_set(err,
+                        "%s: row %ld (%.200s): %s = %g; times must be positive and finite "
+                        "(NaN: not timed)",
+                        path, i, specs[i], mnames[k], vm[k][i]);
     if (rc == 0 && (bi[i] < 1 || bi[i] > 1 << 20))
       rc = bt_err_set(err, "%s: row %ld: batch %d out of range", path, i, (int)bi[i]);
     if (rc < 0)
@@ -1184,6 +1330,10 @@ int bt_profile_read(const char *path, bt_profile *p, bt_err *err) {
     e->spread = isfinite(v[4][i]) ? v[4][i] : 0;
     if (vn[0])
       e->host_bwd_nodin = vn[0][i], e->bwd_nodin = vn[1][i];
+    if (vm[0]) {
+      e->host_fwd_model = vm[0][i], e->host_bwd_model = vm[1][i];
+      e->fwd_model = vm[2][i], e->bwd_model = vm[3][i], e->spread_model = vm[4][i];
+    }
   }
   if (specs) { /* variable-length strings were allocated by HDF5 */
     for (long i = 0; i < n; i++)
@@ -1198,6 +1348,8 @@ int bt_profile_read(const char *path, bt_profile *p, bt_err *err) {
   for (int k = 0; k < 5; k++)
     free(v[k]);
   free(vn[0]), free(vn[1]);
+  for (int k = 0; k < 5; k++)
+    free(vm[k]);
   H5Tclose(st);
   H5Fclose(f);
   bt_h5_quiet_end(q);

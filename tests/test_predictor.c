@@ -976,3 +976,170 @@ Test(predictor, a_first_layer_backward_without_input_gradient_is_learnt) {
   bt_profile_free(&c);
   free_world(&w);
 }
+
+/* A profile of the zoo's lenet5 and mlp layers at batch 8 (all of both
+ * models, so that each runs whole) after a layer of no zoo model. */
+static void zoo_profile(bt_profile *p, int first_rows[2]) {
+  bt_err err = {{0}};
+  memset(p, 0, sizeof *p);
+  bt_layer other = bt_dense(37);
+  other.in = (bt_shape){5, 5, 3};
+  cr_assert_eq(bt_profile_add(p, other, 3, "random", &err), 1, "%s", err.msg);
+  static const char *names[] = {"lenet5", "mlp"};
+  for (int z = 0; z < 2; z++) {
+    bt_model m;
+    cr_assert_eq(bt_zoo_build(names[z], (bt_shape){28, 28, 1}, 10, &m, &err), 0, "%s", err.msg);
+    for (int i = 0; i < m.n_layers; i++) {
+      char spec[BT_LAYER_SPEC_MAX];
+      bt_layer copy;
+      cr_assert_geq(bt_layer_spec_format(&m.layers[i], spec, sizeof spec), 0);
+      cr_assert_eq(bt_layer_spec_parse(spec, &copy, &err), 0, "%s", err.msg);
+      const int added = bt_profile_add(p, copy, 8, names[z], &err);
+      cr_assert_geq(added, 0, "%s", err.msg);
+      if (i == 0)
+        first_rows[z] = added ? p->n - 1 : -1;
+    }
+    bt_model_free(&m);
+  }
+}
+
+Test(predictor, zoo_layers_are_also_timed_inside_their_model) {
+  bt_profile p, q;
+  bt_err err = {{0}};
+  int first_rows[2];
+  zoo_profile(&p, first_rows);
+  bt_profile_host_rates(&p.host, 0);
+  bt_device host, d;
+  cr_assert_eq(bt_host_as_device(&p.host, &host, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_device_find("jetson-nano", DATA_DIR, &d, &err), 0, "%s", err.msg);
+  p.in_model = 1;
+  cr_assert_eq(bt_profile_measure(&p, &d, &host, 2, 0, NULL, NULL, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_host_as_device(&p.host, &host, &err), 0, "%s", err.msg);
+  int in_model = 0;
+  for (int i = 0; i < p.n; i++) {
+    const bt_profile_entry *e = &p.e[i];
+    const int zoo = strcmp(e->source, "random") != 0;
+    /* Only the zoo rows have in-model figures; a model's first layer has
+     * no in-model backward with the input gradient. */
+    const int first = i == first_rows[0] || i == first_rows[1];
+    cr_assert_eq(isfinite(e->host_fwd_model), zoo, "row %d (%s)", i, e->spec);
+    if (!zoo)
+      continue;
+    in_model++;
+    cr_assert_gt(e->host_fwd_model, 0);
+    cr_assert_eq(isfinite(e->host_bwd_model), !first, "row %d (%s)", i, e->spec);
+    const double f =
+        bt_device_layer_mapped(&d, &host, &e->layer, e->batch, BT_PASS_FWD, e->host_fwd_model, 0)
+            .total;
+    cr_assert_eq(e->fwd_model, f, "row %d: the in-model time maps as the runtime maps it", i);
+    cr_assert(isfinite(e->host_fwd) && e->host_fwd > 0, "the back-to-back figure stays");
+  }
+  cr_assert_gt(in_model, 10);
+  char path[256];
+  tmp_path(path, sizeof path, "inmodel.h5");
+  cr_assert_eq(bt_profile_write(&p, path, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_profile_read(path, &q, &err), 0, "%s", err.msg);
+  cr_assert_eq(q.in_model, 1);
+  for (int i = 0; i < p.n; i++) {
+    const bt_profile_entry *a = &p.e[i], *b = &q.e[i];
+    cr_assert(isnan(a->host_bwd_model) ? isnan(b->host_bwd_model)
+                                       : a->host_bwd_model == b->host_bwd_model,
+              "row %d", i);
+    cr_assert(isnan(a->fwd_model) ? isnan(b->fwd_model) : a->fwd_model == b->fwd_model);
+  }
+  bt_profile_free(&q);
+  /* A bad in-model time is refused with its row and column. */
+  for (int i = 0; i < p.n; i++)
+    if (isfinite(p.e[i].fwd_model)) {
+      p.e[i].fwd_model = -2;
+      break;
+    }
+  cr_assert_eq(bt_profile_write(&p, path, &err), 0, "%s", err.msg);
+  cr_assert_lt(bt_profile_read(path, &q, &err), 0);
+  cr_assert(strstr(err.msg, "fwd_model = -2"), "%s", err.msg);
+  remove(path);
+  bt_profile_free(&p);
+}
+
+/* In-model figures of a synthetic set: the zoo rows' host times x a factor
+ * per kind (depthwise 1.8, convolutions 1.1, the rest 1.3), mapped. */
+static double ctx_truth(const bt_layer *l) {
+  return l->kind == BT_DWCONV2D ? 1.8 : l->kind == BT_CONV2D ? 1.1 : 1.3;
+}
+
+static void add_in_model(bt_profile *p, const char *dev) {
+  bt_err err = {{0}};
+  bt_device host, d;
+  cr_assert_eq(bt_host_as_device(&p->host, &host, &err), 0);
+  if (dev)
+    cr_assert_eq(bt_device_find(dev, DATA_DIR, &d, &err), 0, "%s", err.msg);
+  p->in_model = 1;
+  for (int i = 0; i < p->n; i++) {
+    bt_profile_entry *e = &p->e[i];
+    if (strcmp(e->source, "probe") == 0 || strcmp(e->source, "random") == 0)
+      continue;
+    e->host_fwd_model = e->host_fwd * ctx_truth(&e->layer);
+    e->host_bwd_model = e->host_bwd * ctx_truth(&e->layer);
+    e->fwd_model = dev ? bt_device_layer_mapped(&d, &host, &e->layer, e->batch, BT_PASS_FWD,
+                                                e->host_fwd_model, 0)
+                             .total
+                       : e->host_fwd_model;
+    e->bwd_model = dev ? bt_device_layer_mapped(&d, &host, &e->layer, e->batch, BT_PASS_BWD,
+                                                e->host_bwd_model, 0)
+                             .total
+                       : e->host_bwd_model;
+  }
+}
+
+Test(predictor, the_in_model_context_is_learnt_from_the_zoo_rows) {
+  world w;
+  make_world(&w);
+  bt_predictor *plain, *p, *back;
+  bt_err err = {{0}};
+  cr_assert_eq(bt_predictor_fit(w.s, w.names, N_DEVS + 1, NULL, NULL, &plain, &err), 0, "%s",
+               err.msg);
+  cr_assert_eq(bt_predictor_set_in_model(plain, 1), 0, "no set was timed in its model");
+  for (int k = 0; k <= N_DEVS; k++)
+    add_in_model(&w.s[k], k < N_DEVS ? devs[k] : NULL);
+  cr_assert_eq(bt_predictor_fit(w.s, w.names, N_DEVS + 1, NULL, NULL, &p, &err), 0, "%s", err.msg);
+  /* The factor per kind, and the in-model device times of the zoo rows. */
+  int rows = 0, ok_ctx = 0, ok_plain = 0;
+  const bt_profile *s = &w.s[0];
+  for (int i = 0; i < s->n; i++) {
+    const bt_profile_entry *e = &s->e[i];
+    if (!isfinite(e->fwd_model))
+      continue;
+    const double c = bt_predictor_context_factor(p, &e->layer, e->batch, BT_PASS_FWD);
+    cr_assert_float_eq(c, ctx_truth(&e->layer), 0.03 * ctx_truth(&e->layer), "row %d (%s): %g", i,
+                       e->spec, c);
+    cr_assert_eq(bt_predictor_context_factor(plain, &e->layer, e->batch, BT_PASS_FWD), 1.0);
+    cr_assert_eq(bt_predictor_set_in_model(p, 1), 1);
+    const double with = bt_predictor_predict_dev(p, 0, &e->layer, e->batch, BT_PASS_FWD);
+    cr_assert_eq(bt_predictor_set_in_model(p, 0), 0);
+    const double without = bt_predictor_predict_dev(p, 0, &e->layer, e->batch, BT_PASS_FWD);
+    rows++;
+    ok_ctx += fabs(with - e->fwd_model) <= 0.05 * e->fwd_model;
+    ok_plain += fabs(without - e->fwd_model) <= 0.05 * e->fwd_model;
+  }
+  cr_assert_gt(rows, 100);
+  cr_assert_geq(ok_ctx, 0.95 * rows, "with the context %d of %d within 5%%", ok_ctx, rows);
+  cr_assert_lt(ok_plain, 0.5 * rows, "without it %d of %d", ok_plain, rows);
+  /* The context survives the model file. */
+  char path[256];
+  tmp_path(path, sizeof path, "ctx.txt");
+  cr_assert_eq(bt_predictor_save(p, path, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_predictor_load(path, &back, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_predictor_set_in_model(back, 1), 1);
+  cr_assert_eq(bt_predictor_set_in_model(p, 1), 1);
+  for (int i = 0; i < s->n; i += 5) {
+    const bt_profile_entry *e = &s->e[i];
+    const double a = bt_predictor_predict_dev(p, 1, &e->layer, e->batch, BT_PASS_BWD),
+                 b = bt_predictor_predict_dev(back, 1, &e->layer, e->batch, BT_PASS_BWD);
+    cr_assert_float_eq(a, b, 1e-5 * a, "row %d: %g vs %g", i, a, b);
+  }
+  remove(path);
+  bt_predictor_free(back);
+  bt_predictor_free(p);
+  bt_predictor_free(plain);
+  free_world(&w);
+}

@@ -19,6 +19,9 @@
 # blocks above the random layers' size cap, never the zoo's own; 6 min), and
 # with MORE=N (default 0) two more random corpora of N layers each from seeds
 # 6 and 8 (corpus-host-2.h5, corpus-host-3.h5; 13-15 min each at 16000).
+# IN_MODEL=1 (default 0) also times every zoo layer of the device and host
+# sets inside its whole model, as the runtime's calibration does
+# (--in-model: the sets' *_model datasets; about 15 s more per set).
 #   experiments/predictor/profile-all.sh [REPEATS] [RANDOM] [PASSES] [CORPUS] [DEEP] [GRID] [BIG] [BLOCKS] [MORE]
 # The sets with every corpus (docs/predictor.md, "More corpora on this
 # machine", its last row; not the shipped ones; about 75 min):
@@ -51,6 +54,9 @@ mkdir -p "$out"
 export BLIS_NUM_THREADS=1
 export BATON_DATA=${BATON_DATA:-$PWD/data}
 opts=(--repeats "$repeats" --random "$random" --passes "$passes" --quiet)
+if [ "${IN_MODEL:-0}" != 0 ]; then
+  opts+=(--in-model)
+fi
 for f in data/devices/*.yaml; do
   d=$(basename "$f" .yaml)
   "$baton" profile --device "$d" --out "$out/$d.h5" "${opts[@]}"

@@ -70,6 +70,7 @@ typedef struct bt_calib_options {
   int batch_size;     /* whole batch (the loss scale), >= micro_batch */
   const char *store;  /* store to reuse and extend; NULL = measure, store nothing */
   const char *host;   /* fingerprint of the store's entries (bt_calib_host) */
+  int wall_clock;     /* time with the monotonic clock (several BLIS threads), not thread CPU */
 } bt_calib_options;
 
 typedef struct bt_calib_result {

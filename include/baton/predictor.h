@@ -43,7 +43,7 @@
 #include "baton/profile.h"
 
 #define BT_PREDICTOR_FORMAT "baton-predictor"
-#define BT_PREDICTOR_VERSION 6
+#define BT_PREDICTOR_VERSION 7
 
 enum { BT_PRED_THETA = 10, BT_PRED_DEVICES_MAX = 64 };
 
@@ -152,6 +152,21 @@ int bt_predictor_predict_all(const bt_predictor *p, const bt_layer *layer, int b
  * (host_seconds > 0; otherwise the predicted one is used). */
 double bt_predictor_map_dev(const bt_predictor *p, int dev, const bt_layer *layer, int batch,
                             bt_pass pass, double host_seconds);
+
+/* The in-model context. The profiler times a layer back to back; the
+ * runtime's calibration, inside its whole model, where the other layers
+ * have pushed its weights and stashed tensors out of the caches. Sets
+ * profiled with --in-model hold the zoo layers both ways, and the fit
+ * learns the ratio. With `on`, every prediction of a layer whose host time
+ * is not given carries it: what `baton plan` and `baton train` predict
+ * (probes, timed back to back, are learned before). Returns whether the
+ * predictor now predicts in-model times (0: no set was profiled so). */
+int bt_predictor_set_in_model(bt_predictor *p, int on);
+
+/* In-model host time over back-to-back host time of a layer (1 without a
+ * context model). */
+double bt_predictor_context_factor(const bt_predictor *p, const bt_layer *layer, int batch,
+                                   bt_pass pass);
 
 /* The shared representation alone: predicted host seconds. */
 double bt_predictor_host_time(const bt_predictor *p, const bt_layer *layer, int batch,

@@ -48,6 +48,11 @@ typedef struct bt_profile_entry {
    * device seconds: convolutions and dense layers of sets profiled with
    * nodin; NaN otherwise. */
   double host_bwd_nodin, bwd_nodin;
+  /* A zoo row timed inside its whole model (sets profiled with in_model), as
+   * the runtime's calibration times it: host and device seconds and the
+   * spread of those readings; NaN otherwise (the backward of a model's first
+   * layer, which computes no input gradient there, too). */
+  double host_fwd_model, host_bwd_model, fwd_model, bwd_model, spread_model;
 } bt_profile_entry;
 
 typedef struct bt_profile {
@@ -58,6 +63,10 @@ typedef struct bt_profile {
   int repeats;
   int passes; /* timing passes over the corpus (minimum kept); 0 or 1: one */
   int nodin;  /* bt_profile_measure also times the backward without input gradient */
+  /* bt_profile_measure also times the zoo rows inside their whole model, as
+   * the runtime's calibration does (attribute zoo_in_model; the *_model
+   * figures of the entries). */
+  int in_model;
   uint64_t seed;
   /* The host and build that timed it (bt_calib_host: CPU model, BLIS kernels
    * and threads, compute-code hash); "" in sets made before 4 December. */

@@ -237,9 +237,9 @@ int bt_cmd_plan(int argc, char **argv) {
     goto fail;
   if (pl.pred_fwd)
     printf("predictor: fitted on %s%s and predicted in %.2f s (%d devices adapted from "
-           "probes)\n",
+           "probes; in-model context %s)\n",
            pl.sets_dir, pl.per_host_sets ? " (this host's sets)" : "", pl.predict_seconds,
-           pl.n_adapted);
+           pl.n_adapted, pl.in_model ? "on" : "off");
   if (pl.pred_fwd && pl.host_note[0])
     printf("predictor: note: %s; emulated devices follow this host's kernels, so predicted "
            "plans miss by more (docs/partition.md, \"Another host\"); "

@@ -222,6 +222,38 @@ static void score(const bt_profile *p, const double *pf, const double *pb,
   }
 }
 
+/* Like score, against the in-model figures of the rows timed in their model
+ * (per layer: those rows alone). A stage sum takes the back-to-back figure
+ * and prediction (nf, nb) of a row with none (a model's first layer has no
+ * in-model backward with the input gradient); stages without any in-model
+ * row are skipped. */
+static void score_in_model(const bt_profile *p, const double *pf, const double *pb,
+                           const double *nf, const double *nb, const stages *st, acc out[3]) {
+  memset(out, 0, 3 * sizeof *out);
+  for (int i = 0; i < p->n; i++) {
+    if (isfinite(pf[i]) && isfinite(p->e[i].fwd_model))
+      acc_add(&out[0], pf[i], p->e[i].fwd_model);
+    if (isfinite(pb[i]) && isfinite(p->e[i].bwd_model))
+      acc_add(&out[1], pb[i], p->e[i].bwd_model);
+  }
+  for (int s = 0; st && s < st->n; s++) {
+    double pr = 0, tr = 0;
+    int ok = 1, any = 0;
+    for (int j = 0; ok && j < st->len[s]; j++) {
+      const int r = st->rows[st->first[s] + j];
+      const bt_profile_entry *e = &p->e[r];
+      const int mf = isfinite(e->fwd_model), mb = isfinite(e->bwd_model);
+      const double a = mf ? pf[r] : nf[r], b = mb ? pb[r] : nb[r];
+      ok = isfinite(a) && isfinite(b);
+      any |= mf | mb;
+      pr += a + b;
+      tr += (mf ? e->fwd_model : e->fwd) + (mb ? e->bwd_model : e->bwd);
+    }
+    if (ok && any)
+      acc_add(&out[2], pr, tr);
+  }
+}
+
 /* ---- eval ---------------------------------------------------------------------- */
 
 static const int probe_counts[] = {0, 1, 5, 10, 50};
@@ -333,6 +365,39 @@ static int write_dump(FILE *f, const bt_profile *const *seen, const char *const 
   return 0;
 }
 
+/* (f): the seen sets' zoo rows as the runtime's calibration times them,
+ * inside their model, predicted with the in-model context (mf, mb) and,
+ * for reference, without it (pf, pb: what the predictor knew before). */
+static void print_in_model(const bt_profile *const *seen, const int *seen_idx,
+                           const char *const *seen_names, int n_seen, double *const *pf,
+                           double *const *pb, double *const *mf, double *const *mb,
+                           const stages *st) {
+  print_header("(f) zoo layers timed inside their model (as the runtime's calibration times "
+               "them), seen devices: with the in-model context / without it (back-to-back "
+               "predictions)");
+  acc tot[2][3];
+  memset(tot, 0, sizeof tot);
+  for (int j = 0; j < n_seen; j++) {
+    const int k = seen_idx[j];
+    for (int w = 0; w < 2; w++) {
+      acc a[3];
+      score_in_model(seen[j], w ? pf[k] : mf[k], w ? pb[k] : mb[k], pf[k], pb[k], st, a);
+      char label[64];
+      snprintf(label, sizeof label, "%.13s %s", seen_names[j], w ? "b2b" : "ctx");
+      print_row(label, a);
+      for (int t = 0; t < 3; t++)
+        acc_merge(&tot[w][t], &a[t]);
+    }
+  }
+  print_row("ALL with context", tot[0]);
+  print_row("ALL back to back", tot[1]);
+  printf("in-model zoo layers, seen: %.1f%% within 10%% with the context, %.1f%% without; stage "
+         "sums within 5%%: %.1f%% / %.1f%%\n",
+         pct(tot[0][0].w10 + tot[0][1].w10, tot[0][0].n + tot[0][1].n),
+         pct(tot[1][0].w10 + tot[1][1].w10, tot[1][0].n + tot[1][1].n),
+         pct(tot[0][2].w5, tot[0][2].n), pct(tot[1][2].w5, tot[1][2].n));
+}
+
 static int run_eval(eval_ctx *c, bt_err *err) {
   sets *S = c->S;
   const int n = S->p[0].n, D = S->n;
@@ -347,8 +412,11 @@ static int run_eval(eval_ctx *c, bt_err *err) {
     }
   /* Out-of-fold predictions: [device][k probes] for unseen ones. */
   double *pf[64], *pb[64], *vf[64][N_PROBE_COUNTS], *vb[64][N_PROBE_COUNTS];
+  double *mf[64], *mb[64]; /* with the in-model context */
+  int has_ctx = 0;
   for (int k = 0; k < D; k++) {
     pf[k] = nan_array(n), pb[k] = nan_array(n);
+    mf[k] = nan_array(n), mb[k] = nan_array(n);
     for (int q = 0; q < N_PROBE_COUNTS; q++)
       vf[k][q] = nan_array(n), vb[k][q] = nan_array(n);
   }
@@ -374,6 +442,12 @@ static int run_eval(eval_ctx *c, bt_err *err) {
     fit_seconds += bt_cli_now() - t0;
     for (int j = 0; j < n_seen; j++)
       predict_rows(pr, j, seen[j], c->fold, f, pf[seen_idx[j]], pb[seen_idx[j]]);
+    if (bt_predictor_set_in_model(pr, 1)) {
+      has_ctx = 1;
+      for (int j = 0; j < n_seen; j++)
+        predict_rows(pr, j, seen[j], c->fold, f, mf[seen_idx[j]], mb[seen_idx[j]]);
+      bt_predictor_set_in_model(pr, 0);
+    }
     for (int i = 0; i < n; i++)
       if (c->fold[i] == f) {
         const bt_profile_entry *e = &seen[0]->e[i];
@@ -523,6 +597,8 @@ static int run_eval(eval_ctx *c, bt_err *err) {
     }
   }
   free(mask);
+  if (has_ctx)
+    print_in_model(seen, seen_idx, seen_names, n_seen, pf, pb, mf, mb, &c->st);
   /* (d) baselines on every set, all rows. */
   print_header("(d) baselines: FLOPs / peak, roofline, host time x one constant per device "
                "(fitted on all its layers)");
@@ -602,7 +678,7 @@ static int run_eval(eval_ctx *c, bt_err *err) {
   }
 done:
   for (int k = 0; k < D; k++) {
-    free(pf[k]), free(pb[k]);
+    free(pf[k]), free(pb[k]), free(mf[k]), free(mb[k]);
     for (int q = 0; q < N_PROBE_COUNTS; q++)
       free(vf[k][q]), free(vb[k][q]);
   }
@@ -911,6 +987,9 @@ int bt_cmd_predictor(int argc, char **argv) {
       bt_predictor_free(pr);
       return bt_cli_fail("predictor", "%s", err.msg);
     }
+    /* Times as the layers take inside the model in training (the runtime's
+     * calibration), when the sets held in-model timings. */
+    const int in_model = bt_predictor_set_in_model(pr, 1);
     printf("%-4s %-22s %-15s %12s %12s\n", "#", "layer", "kind", "fwd ms", "bwd ms");
     double tf = 0, tb = 0;
     for (int i = 0; i < m.n_layers; i++) {
@@ -932,8 +1011,9 @@ int bt_cmd_predictor(int argc, char **argv) {
             sink += all[d];
         }
     double dt = (bt_cli_now() - t0) / reps;
-    printf("total: forward %.3f ms + backward %.3f ms = %.3f ms on %s (batch %d)\n", tf * 1e3,
-           tb * 1e3, (tf + tb) * 1e3, device, batch);
+    printf("total: forward %.3f ms + backward %.3f ms = %.3f ms on %s (batch %d; %s)\n", tf * 1e3,
+           tb * 1e3, (tf + tb) * 1e3, device, batch,
+           in_model ? "inside the model, the in-model context" : "layers timed back to back");
     printf("predicting all %d layers x 2 passes for all %d devices took %.1f us%s\n", m.n_layers,
            bt_predictor_n_devices(pr), dt * 1e6, sink < 0 ? "!" : "");
     bt_model_free(&m);

@@ -37,6 +37,9 @@ static void profile_usage(FILE *f) {
           "  --probes          time only the probe set (at most 10 layers)\n"
           "  --nodin           also time the backward of convolutions and dense layers\n"
           "                    without the input gradient (what a model's first layer runs)\n"
+          "  --in-model        time the zoo models' layers inside their whole model, as\n"
+          "                    the runtime's calibration does (weights and stashed tensors\n"
+          "                    evicted by the other layers), not back to back\n"
           "  --arch A          BLIS kernels: auto, skx, haswell, sandybridge, generic\n"
           "  --threads T       BLIS threads (default 1; > 1 times with the wall clock)\n"
           "  --quiet           no progress line\n");
@@ -63,7 +66,7 @@ static int int_arg(const char *opt, const char *v, int lo, int hi, int *out) {
 int bt_cmd_profile(int argc, char **argv) {
   const char *device = NULL, *out = NULL, *arch = "auto";
   int n_random = 300, n_deep = 0, deep_grid = 0, big_grid = 0, big_blocks = 0, seed = 1,
-      repeats = 10, passes = 1, threads = 1, probes = 0, quiet = 0, nodin = 0;
+      repeats = 10, passes = 1, threads = 1, probes = 0, quiet = 0, nodin = 0, in_model = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -76,6 +79,8 @@ int bt_cmd_profile(int argc, char **argv) {
       quiet = 1;
     } else if (strcmp(a, "--nodin") == 0) {
       nodin = 1;
+    } else if (strcmp(a, "--in-model") == 0) {
+      in_model = 1;
     } else if (strcmp(a, "--deep-grid") == 0) {
       deep_grid = 1;
     } else if (strcmp(a, "--big-grid") == 0) {
@@ -138,6 +143,7 @@ int bt_cmd_profile(int argc, char **argv) {
   p.seed = (uint64_t)seed;
   p.passes = passes;
   p.nodin = nodin;
+  p.in_model = in_model;
   p.threads = bt_gemm_threads();
   snprintf(p.blis_arch, sizeof p.blis_arch, "%s", bt_gemm_arch());
   bt_cli_host_key(p.host_key, sizeof p.host_key);
@@ -163,11 +169,12 @@ int bt_cmd_profile(int argc, char **argv) {
   for (int i = 0; i < p.n; i++)
     tf += p.e[i].fwd, tb += p.e[i].bwd, hf += p.e[i].host_fwd, hb += p.e[i].host_bwd;
   printf("baton profile: %d layers on %s (BLIS %s, %d thread(s), %s clock, min of %d x %d "
-         "pass(es)); host "
+         "pass(es)%s); host "
          "sgemm %.1f GFLOP/s, memory %.1f GB/s; host %.3f s, device %.3f s (fwd %.3f + bwd "
          "%.3f) -> %s\n",
-         p.n, p.device, p.blis_arch, p.threads, p.clock, repeats, p.passes, p.host.sgemm_gflops,
-         p.host.mem_gbs, hf + hb, tf + tb, tf, tb, out);
+         p.n, p.device, p.blis_arch, p.threads, p.clock, repeats, p.passes,
+         p.in_model ? ", zoo layers timed in their model" : "", p.host.sgemm_gflops, p.host.mem_gbs,
+         hf + hb, tf + tb, tf, tb, out);
   bt_profile_free(&p);
   return 0;
 }

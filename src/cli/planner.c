@@ -635,6 +635,11 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
   free(samples);
   bt_profile_free(&probe);
   pl->predictor = pr;
+  /* The probes were timed back to back and learned so; every prediction
+   * from here on, and every runtime measurement the heads learn from, is of
+   * a layer inside its model. BATON_PREDICTOR_CONTEXT=0: the ablation. */
+  const char *ctx = getenv("BATON_PREDICTOR_CONTEXT");
+  pl->in_model = rc == 0 && bt_predictor_set_in_model(pr, !(ctx && strcmp(ctx, "0") == 0));
   for (int d = 0; rc == 0 && d < D; d++)
     predict_row(pl, d, pf + (size_t)d * L, pb + (size_t)d * L);
   if (rc == 0 && getenv("BATON_DEBUG_PLAN"))

@@ -58,6 +58,7 @@ typedef struct cli_planner {
   double predict_seconds;   /* host seconds: fitting the predictor, probes, predictions */
   double probe_device_s;    /* device seconds of the probe set on the slowest device */
   int n_adapted;            /* devices the predictor did not know (adapted from probes) */
+  int in_model;             /* predictions carry the in-model context (bt_predictor_set_in_model) */
   double host_sgemm_gflops; /* this host's rate, from the calibration store */
   bt_host_rates host_rates; /* the store's rates, which map host times to devices */
   char sets_dir[4400];      /* the profiling sets the predictor is fitted on */
