@@ -1023,8 +1023,9 @@ static double median_host_of(const bt_profile *sets, const int *from, int nb, in
 
 /* The in-model context (struct bt_predictor): on the zoo rows every base
  * set timed in their model, y = log of the medians' ratio; an intercept
- * per group and pass, then shallow boosted trees on what it misses. X holds
- * at least sets[0].n rows of MAXT features, y-like scratch in res. */
+ * per group and pass, then shallow boosted trees on what it misses.
+ * Scratch for every used row of sets[0]: y and res one double each, Xt
+ * MAXT. */
 static int fit_context(bt_predictor *p, const bt_profile *sets, const int *from, int nb,
                        const unsigned char *use_row, double *y, double *Xt, double *res) {
   const int n = sets[0].n;

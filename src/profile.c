@@ -820,7 +820,7 @@ done:
   return rc;
 }
 
-static int find_entry(const bt_profile *p, const bt_layer *l, int batch) {
+int bt_profile_find(const bt_profile *p, const bt_layer *l, int batch) {
   char spec[BT_LAYER_SPEC_MAX];
   if (bt_layer_spec_format(l, spec, sizeof spec) < 0)
     return -1;
@@ -844,7 +844,7 @@ static int time_model_rows(const bt_profile *p, size_t z, int batch, int repeats
   double *f = malloc((size_t)m.n_layers * sizeof *f), *b = malloc((size_t)m.n_layers * sizeof *b);
   int rc = rows && f && b ? 0 : bt_err_set(err, "out of memory timing %s", zoo_models[z].name);
   for (int i = 0; rc == 0 && i < m.n_layers; i++)
-    held += (rows[i] = find_entry(p, &m.layers[i], batch)) >= 0;
+    held += (rows[i] = bt_profile_find(p, &m.layers[i], batch)) >= 0;
   bt_stage s;
   if (rc == 0 && held > 0 && bt_stage_init(&s, &m, 0, m.n_layers, batch, 1, 7, err) == 0) {
     const bt_calib_options o = {

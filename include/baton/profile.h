@@ -86,6 +86,9 @@ int bt_layer_spec_parse(const char *spec, bt_layer *out, bt_err *err);
  * layer with the same spec and batch is there yet. Returns 1 added, 0 duplicate. */
 int bt_profile_add(bt_profile *p, bt_layer l, int batch, const char *source, bt_err *err);
 
+/* The row of `l` at `batch`, or -1. */
+int bt_profile_find(const bt_profile *p, const bt_layer *l, int batch);
+
 /* The corpus: the probe set (source "probe"), `n_random` randomised layers
  * from `seed`, then every distinct layer of the zoo models at batches 8 and
  * 32 (vgg16 at 8 only). */

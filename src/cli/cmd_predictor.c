@@ -146,16 +146,6 @@ typedef struct stages {
   int n_rows;
 } stages;
 
-static int find_row(const bt_profile *p, const bt_layer *l, int batch) {
-  char spec[BT_LAYER_SPEC_MAX];
-  if (bt_layer_spec_format(l, spec, sizeof spec) < 0)
-    return -1;
-  for (int i = 0; i < p->n; i++)
-    if (p->e[i].batch == batch && strcmp(p->e[i].spec, spec) == 0)
-      return i;
-  return -1;
-}
-
 static void build_stages(const bt_profile *p, stages *st) {
   memset(st, 0, sizeof *st);
   st->first = malloc(4096 * sizeof(int));
@@ -174,7 +164,7 @@ static void build_stages(const bt_profile *p, stages *st) {
         continue;
       int rows[512], ok = m.n_layers <= 512;
       for (int i = 0; ok && i < m.n_layers; i++)
-        ok = (rows[i] = find_row(p, &m.layers[i], b)) >= 0;
+        ok = (rows[i] = bt_profile_find(p, &m.layers[i], b)) >= 0;
       for (int parts = 1; ok && parts <= 4; parts *= 2)
         for (int s = 0; s < parts && st->n < 4096; s++) {
           int a = m.n_layers * s / parts, e = m.n_layers * (s + 1) / parts;
@@ -724,7 +714,7 @@ static int run_drift(sets *S, const bt_predictor_options *opt, bt_err *err) {
     bt_pred_sample s[1024];
     int rows[512], ns = 0;
     for (int i = 0; i < m.n_layers; i++)
-      rows[i] = find_row(p, &m.layers[i], 8);
+      rows[i] = bt_profile_find(p, &m.layers[i], 8);
     printf("%-18s", p->device);
     tested++;
     int dv = bt_predictor_device(pr, S->names[k]), back = -1;
