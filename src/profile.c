@@ -994,23 +994,9 @@ int bt_profile_measure(bt_profile *p, const bt_device *dev, const bt_device *hos
       e->spread = fmax(e->spread, (sn[i] - bn[i]) / bn[i]);
     e->fwd_model = map_pass(dev, &host_best, e, BT_PASS_FWD, e->host_fwd_model);
     e->bwd_model = map_pass(dev, &host_best, e, BT_PASS_BWD, e->host_bwd_model);
-    if (dev) {
-      e->fwd =
-          bt_device_layer_mapped(dev, &host_best, &e->layer, e->batch, BT_PASS_FWD, e->host_fwd, 0)
-              .total;
-      e->bwd =
-          bt_device_layer_mapped(dev, &host_best, &e->layer, e->batch, BT_PASS_BWD, e->host_bwd, 0)
-              .total;
-      e->bwd_nodin = isfinite(e->host_bwd_nodin)
-                         ? bt_device_layer_mapped(dev, &host_best, &e->layer, e->batch,
-                                                  BT_PASS_BWD_NODIN, e->host_bwd_nodin, 0)
-                               .total
-                         : NAN;
-    } else {
-      e->fwd = e->host_fwd;
-      e->bwd = e->host_bwd;
-      e->bwd_nodin = e->host_bwd_nodin;
-    }
+    e->fwd = map_pass(dev, &host_best, e, BT_PASS_FWD, e->host_fwd);
+    e->bwd = map_pass(dev, &host_best, e, BT_PASS_BWD, e->host_bwd);
+    e->bwd_nodin = map_pass(dev, &host_best, e, BT_PASS_BWD_NODIN, e->host_bwd_nodin);
   }
   free(best);
   return 0;

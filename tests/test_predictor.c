@@ -27,6 +27,15 @@ enum { N_DEVS = 5 };
 
 static double scatter(int i, int pass) { return 1.0 + 0.02 * sin(1.7 * i + 0.9 * pass); }
 
+/* Equal times, or both NaN (not timed). */
+static int same_time(double a, double b) { return isnan(a) ? isnan(b) : a == b; }
+
+/* Host seconds t of entry e mapped to device d (NULL: the host keeps them). */
+static double map_time(const bt_device *d, const bt_device *host, const bt_profile_entry *e,
+                       bt_pass pass, double t) {
+  return d ? bt_device_layer_mapped(d, host, &e->layer, e->batch, pass, t, 0).total : t;
+}
+
 /* A synthetic profiling set of `dev` (NULL: the host) over the corpus. */
 static void synth_seed(bt_profile *p, const char *dev, int n_random, uint64_t seed) {
   bt_err err = {{0}};
@@ -48,14 +57,8 @@ static void synth_seed(bt_profile *p, const char *dev, int n_random, uint64_t se
         bt_device_layer_analytic(&host, &e->layer, e->batch, BT_PASS_FWD, 0).total * scatter(i, 0);
     e->host_bwd =
         bt_device_layer_analytic(&host, &e->layer, e->batch, BT_PASS_BWD, 0).total * scatter(i, 1);
-    e->fwd =
-        dev ? bt_device_layer_mapped(&d, &host, &e->layer, e->batch, BT_PASS_FWD, e->host_fwd, 0)
-                  .total
-            : e->host_fwd;
-    e->bwd =
-        dev ? bt_device_layer_mapped(&d, &host, &e->layer, e->batch, BT_PASS_BWD, e->host_bwd, 0)
-                  .total
-            : e->host_bwd;
+    e->fwd = map_time(dev ? &d : NULL, &host, e, BT_PASS_FWD, e->host_fwd);
+    e->bwd = map_time(dev ? &d : NULL, &host, e, BT_PASS_BWD, e->host_bwd);
   }
 }
 
@@ -960,9 +963,7 @@ Test(predictor, a_first_layer_backward_without_input_gradient_is_learnt) {
   bt_profile r;
   cr_assert_eq(bt_profile_read(path, &r, &err), 0, "%s", err.msg);
   for (int i = 0; i < c.n; i++)
-    cr_assert(isnan(c.e[i].host_bwd_nodin) ? isnan(r.e[i].host_bwd_nodin)
-                                           : r.e[i].host_bwd_nodin == c.e[i].host_bwd_nodin,
-              "row %d", i);
+    cr_assert(same_time(c.e[i].host_bwd_nodin, r.e[i].host_bwd_nodin), "row %d", i);
   bt_profile_free(&r);
   for (int i = 0; i < c.n; i++)
     if (isfinite(c.e[i].host_bwd_nodin)) {
@@ -1042,10 +1043,8 @@ Test(predictor, zoo_layers_are_also_timed_inside_their_model) {
   cr_assert_eq(q.in_model, 1);
   for (int i = 0; i < p.n; i++) {
     const bt_profile_entry *a = &p.e[i], *b = &q.e[i];
-    cr_assert(isnan(a->host_bwd_model) ? isnan(b->host_bwd_model)
-                                       : a->host_bwd_model == b->host_bwd_model,
-              "row %d", i);
-    cr_assert(isnan(a->fwd_model) ? isnan(b->fwd_model) : a->fwd_model == b->fwd_model);
+    cr_assert(same_time(a->host_bwd_model, b->host_bwd_model), "row %d", i);
+    cr_assert(same_time(a->fwd_model, b->fwd_model), "row %d", i);
   }
   bt_profile_free(&q);
   /* A bad in-model time is refused with its row and column. */
@@ -1080,14 +1079,8 @@ static void add_in_model(bt_profile *p, const char *dev) {
       continue;
     e->host_fwd_model = e->host_fwd * ctx_truth(&e->layer);
     e->host_bwd_model = e->host_bwd * ctx_truth(&e->layer);
-    e->fwd_model = dev ? bt_device_layer_mapped(&d, &host, &e->layer, e->batch, BT_PASS_FWD,
-                                                e->host_fwd_model, 0)
-                             .total
-                       : e->host_fwd_model;
-    e->bwd_model = dev ? bt_device_layer_mapped(&d, &host, &e->layer, e->batch, BT_PASS_BWD,
-                                                e->host_bwd_model, 0)
-                             .total
-                       : e->host_bwd_model;
+    e->fwd_model = map_time(dev ? &d : NULL, &host, e, BT_PASS_FWD, e->host_fwd_model);
+    e->bwd_model = map_time(dev ? &d : NULL, &host, e, BT_PASS_BWD, e->host_bwd_model);
   }
 }
 
