@@ -517,10 +517,12 @@ static int probe_samples(cli_planner *pl, const bt_profile *probe, int d, bt_pre
 }
 
 /* Whether the sets were timed on this host: by their host key when they
- * carry one, else (sets made before 4 December) by the sgemm rate. */
+ * carry one, and by the sgemm rate (sets made before 4 December have no
+ * key; a VM may name several CPU generations alike, which one key then
+ * covers). */
 static void note_other_host(cli_planner *pl, const bt_profile *sets, int n) {
   pl->host_note[0] = 0;
-  double lo = INFINITY, hi = 0; /* sgemm rates of the single-thread sets without a key */
+  double lo = INFINITY, hi = 0; /* sgemm rates of the single-thread sets */
   for (int k = 0; k < n; k++) {
     if (sets[k].host_key[0] && strcmp(sets[k].host_key, pl->host_key) != 0) {
       snprintf(pl->host_note, sizeof pl->host_note,
@@ -529,7 +531,7 @@ static void note_other_host(cli_planner *pl, const bt_profile *sets, int n) {
                sets[k].host_key, pl->host_key);
       return;
     }
-    if (!sets[k].host_key[0] && sets[k].threads <= 1)
+    if (sets[k].threads <= 1)
       lo = fmin(lo, sets[k].host.sgemm_gflops), hi = fmax(hi, sets[k].host.sgemm_gflops);
   }
   const double here = pl->host_sgemm_gflops;
