@@ -44,6 +44,48 @@ Test(gemm, blis_matches_reference_all_transposes) {
   free(a), free(b), free(c1), free(c2);
 }
 
+/* The small products that skip BLIS (gemm.c): every register block shape,
+ * ragged edges, both transposes, beta 0 and not, padded leading dimensions,
+ * and sizes on both sides of the limit. */
+Test(gemm, small_products_match_reference) {
+  cr_assert_eq(bt_gemm_configure("auto", 1), 0);
+  if (strcmp(bt_gemm_arch(), "skx") == 0)
+    cr_assert_eq(bt_gemm_small_limit(), BT_GEMM_SMALL_MACS, "skx kernels: the small path is on");
+  static const int ms[] = {1, 2, 3, 5, 8, 9, 17, 33}, ns[] = {1, 7, 16, 17, 40, 64, 100, 130};
+  static const int ks[] = {1, 15, 16, 17, 64, 100, 300};
+  bt_rng rng;
+  bt_rng_seed(&rng, 3, 4);
+  const int pad = 3, cap = (33 + pad) * (300 + pad) + (300 + pad) * (130 + pad);
+  float *a = malloc(sizeof(float) * cap), *b = malloc(sizeof(float) * cap);
+  float *c1 = malloc(sizeof(float) * 33 * (130 + pad)),
+        *c2 = malloc(sizeof(float) * 33 * (130 + pad));
+  for (int i = 0; i < cap; i++)
+    a[i] = bt_rng_normal(&rng), b[i] = bt_rng_normal(&rng);
+  int cases = 0;
+  for (size_t im = 0; im < sizeof ms / sizeof *ms; im++)
+    for (size_t in = 0; in < sizeof ns / sizeof *ns; in++)
+      for (size_t ik = 0; ik < sizeof ks / sizeof *ks; ik++)
+        for (int t = 0; t < 4; t++) {
+          const int m = ms[im], n = ns[in], k = ks[ik], ta = t & 1, tb = t >> 1;
+          const int lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+          const float beta = (cases % 2) ? 0.0f : 0.5f;
+          for (int i = 0; i < m * ldc; i++)
+            c1[i] = c2[i] = (float)(i % 5) - 2.0f;
+          bt_sgemm(ta, tb, m, n, k, 0.75f, a, lda, b, ldb, beta, c1, ldc);
+          bt_sgemm_ref(ta, tb, m, n, k, 0.75f, a, lda, b, ldb, beta, c2, ldc);
+          float worst = 0;
+          for (int i = 0; i < m; i++)
+            for (int j = 0; j < ldc; j++) {
+              const float d = fabsf(c1[i * ldc + j] - c2[i * ldc + j]);
+              worst = fmaxf(worst, j < n ? d / (1.0f + fabsf(c2[i * ldc + j])) : d);
+            }
+          cr_expect_lt(worst, 2e-5f, "m %d n %d k %d trans %d %d beta %g: %g", m, n, k, ta, tb,
+                       beta, worst);
+          cases++;
+        }
+  free(a), free(b), free(c1), free(c2);
+}
+
 Test(optim, sgd_matches_torch_rule) {
   /* torch.optim.SGD(lr=0.1, momentum=0.9, weight_decay=0.01), two steps:
    * p=1, g=0.5: d=0.51, buf=0.51, p=0.949; then g=0.5 again:

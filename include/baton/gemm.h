@@ -15,6 +15,21 @@
 void bt_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a, int lda,
               const float *b, int ldb, float beta, float *c, int ldc);
 
+/* Products of at most this many multiply-adds (and a few shapes beyond,
+ * bt_gemm_small_takes) skip BLIS when it runs its skx kernels (which have
+ * no small-matrix path; gemm.c). The environment
+ * variable BATON_GEMM_SMALL overrides it (0: always BLIS). */
+#define BT_GEMM_SMALL_MACS 262144L
+
+/* The limit in effect (0 when BLIS runs another kernel set), and a new one
+ * (0: always BLIS; ignored where the small path cannot run): benchmarks. */
+long bt_gemm_small_limit(void);
+/* Whether bt_sgemm gives this product to the small path: under the limit,
+ * and beyond it a product with one row of C or a transposed B with at most
+ * 8 rows (where BLIS's packing costs more than it saves; gemm.c). */
+int bt_gemm_small_takes(bool trans_a, bool trans_b, int m, int n, int k);
+void bt_gemm_set_small_limit(long macs);
+
 /* Naive reference with the same contract (double accumulation). */
 void bt_sgemm_ref(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
                   int lda, const float *b, int ldb, float beta, float *c, int ldc);

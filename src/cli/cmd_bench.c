@@ -5,6 +5,8 @@
  *                     rate of this machine (and optionally PyTorch's step)
  *   baton bench gemm  BLIS sgemm GFLOP/s at a few sizes
  *   baton bench plan  exact plan search time vs the even split (bench_plan.c) */
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +21,7 @@
 
 static void bench_usage(FILE *f) {
   fprintf(f, "usage: baton bench step --model M --batch B [options]\n"
-             "       baton bench gemm [--size N] [--arch A] [--threads T]\n"
+             "       baton bench gemm [--size N] [--arch A] [--threads T] [--small]\n"
              "       baton bench codec [options]  (codec GB/s vs memcpy, zstd, lz4; --help)\n"
              "       baton bench plan [options]   (exact plan search time; --help)\n\n"
              "step options:\n"
@@ -31,7 +33,7 @@ static void bench_usage(FILE *f) {
              "  --arch A             BLIS kernels: auto, skx, haswell, sandybridge, generic\n"
              "  --threads T          BLIS threads (default 1)\n"
              "  --layers             also print each layer's forward and backward time\n"
-          "  --compare-pytorch    also run bench/pytorch_step.py (python3-torch) on the same\n"
+             "  --compare-pytorch    also run bench/pytorch_step.py (python3-torch) on the same\n"
              "                       model and report baton's time as a ratio of PyTorch's\n");
 }
 
@@ -52,6 +54,92 @@ static double sgemm_gflops(int n, int repeats) {
   }
   free(a), free(b), free(c);
   return 2.0 * n * (double)n * n / bt_cli_median(t, repeats) / 1e9;
+}
+
+/* Best seconds of one product: the minimum over 25 timings of enough
+ * back-to-back calls to take about 50 us (the clock's own cost vanishes). */
+static double product_seconds(bool ta, bool tb, int m, int n, int k, const float *a, const float *b,
+                              float *c) {
+  const int lda = ta ? m : k, ldb = tb ? k : n;
+  bt_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, n);
+  double t0 = bt_cli_now();
+  bt_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, n);
+  const double one = bt_cli_now() - t0;
+  const int calls = one > 50e-6 ? 1 : (int)(50e-6 / fmax(one, 1e-7)) + 1;
+  double best = INFINITY;
+  for (int r = 0; r < 25; r++) {
+    t0 = bt_cli_now();
+    for (int i = 0; i < calls; i++)
+      bt_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, n);
+    best = fmin(best, (bt_cli_now() - t0) / calls);
+  }
+  return best;
+}
+
+/* The three products of a dense layer (forward, weight and input gradient)
+ * at a sweep of sizes, with the small-product path (gemm.c) and with BLIS
+ * alone, in the same run: where the path pays, and by how much. */
+static int bench_small_products(void) {
+  const long limit = bt_gemm_small_limit();
+  if (limit == 0) {
+    printf("BLIS %s: the small-product path is off with these kernels (it runs only under "
+           "BLIS's skx kernels); nothing to compare\n",
+           bt_gemm_arch());
+    return 0;
+  }
+  static const int batches[] = {1, 8, 32};
+  static const int widths[][2] = {{10, 64},    {64, 64},     {32, 256},    {128, 128},  {100, 256},
+                                  {256, 256},  {64, 1024},   {512, 512},   {1024, 256}, {2048, 512},
+                                  {512, 2048}, {1024, 1024}, {4096, 1024}, {4096, 4096}};
+  float *a = calloc(1 << 24, sizeof(float)), *b = calloc(1 << 24, sizeof(float));
+  float *c = calloc(1 << 24, sizeof(float));
+  if (!a || !b || !c) {
+    free(a), free(b), free(c);
+    return bt_cli_fail("bench", "out of memory");
+  }
+  for (int i = 0; i < 1 << 24; i++)
+    a[i] = (float)(i % 7) * 0.1f, b[i] = (float)(i % 5) * 0.1f;
+  printf("BLIS %s, 1 thread: dense-layer products, best of 25, small path (limit %ld "
+         "multiply-adds) vs BLIS alone, same run\n",
+         bt_gemm_arch(), limit);
+  printf("%-6s %6s %6s %-8s %10s %10s %10s %8s\n", "batch", "in", "out", "product", "MACs",
+         "small us", "BLIS us", "BLIS/small");
+  double log_sum = 0;
+  int below = 0, slower = 0, missed = 0;
+  for (size_t bi = 0; bi < sizeof batches / sizeof *batches; bi++)
+    for (size_t w = 0; w < sizeof widths / sizeof *widths; w++) {
+      const int B = batches[bi], I = widths[w][0], O = widths[w][1];
+      const struct {
+        const char *name;
+        bool ta, tb;
+        int m, n, k;
+      } prods[] = {{"forward", false, false, B, O, I},
+                   {"dweight", true, false, I, O, B},
+                   {"dinput", false, true, B, I, O}};
+      for (int q = 0; q < 3; q++) {
+        const double macs = (double)prods[q].m * prods[q].n * prods[q].k;
+        bt_gemm_set_small_limit(LONG_MAX);
+        const double ts =
+            product_seconds(prods[q].ta, prods[q].tb, prods[q].m, prods[q].n, prods[q].k, a, b, c);
+        bt_gemm_set_small_limit(0);
+        const double tb =
+            product_seconds(prods[q].ta, prods[q].tb, prods[q].m, prods[q].n, prods[q].k, a, b, c);
+        bt_gemm_set_small_limit(limit);
+        const int taken =
+            bt_gemm_small_takes(prods[q].ta, prods[q].tb, prods[q].m, prods[q].n, prods[q].k);
+        printf("%-6d %6d %6d %-8s %10.0f %10.2f %10.2f %7.2fx%s\n", B, I, O, prods[q].name, macs,
+               ts * 1e6, tb * 1e6, tb / ts, taken ? "  (small path)" : "");
+        if (taken)
+          log_sum += log(tb / ts), below++, slower += tb < ts;
+        else
+          missed += tb > ts;
+      }
+    }
+  printf("products the small path takes: %d; BLIS/small time geometric mean %.2fx; of them BLIS "
+         "alone is faster: %d; of the others, the small path would be faster: %d\n",
+         below, below ? exp(log_sum / below) : 0.0, slower, missed);
+  free(a), free(b), free(c);
+  return 0;
 }
 
 /* Forward + backward FLOPs per sample of every conv2d, inside blocks too. */
@@ -184,7 +272,8 @@ static int bench_step(const step_opts *o) {
       conv_flops +=
           (bt_layer_flops_fwd(&m.layers[i]) + bt_layer_flops_bwd(&m.layers[i])) * o->batch * reps;
     }
-  const double step = bt_cli_median(tt, reps), f_med = bt_cli_median(tf, reps), b_med = bt_cli_median(tb, reps);
+  const double step = bt_cli_median(tt, reps), f_med = bt_cli_median(tf, reps),
+               b_med = bt_cli_median(tb, reps);
   const double u_med = bt_cli_median(tu, reps);
   const double flops = (bt_model_flops_fwd(&m) + bt_model_flops_bwd(&m)) * o->batch;
   const double gemm = sgemm_gflops(1024, 10);
@@ -284,7 +373,7 @@ int bt_cmd_bench(int argc, char **argv) {
                  .threads = 1,
                  .input = {32, 32, 3},
                  .arch = "auto"};
-  int size = 1024;
+  int size = 1024, small = 0;
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int rc = 0;
@@ -294,6 +383,10 @@ int bt_cmd_bench(int argc, char **argv) {
     }
     if (strcmp(a, "--layers") == 0) {
       o.per_layer = 1;
+      continue;
+    }
+    if (strcmp(a, "--small") == 0) {
+      small = 1;
       continue;
     }
     if (strcmp(a, "--help") == 0) {
@@ -330,6 +423,8 @@ int bt_cmd_bench(int argc, char **argv) {
   if (bt_gemm_configure(o.arch, o.threads) < 0)
     return bt_cli_fail("bench", "--arch '%s': choose auto, skx, haswell, sandybridge or generic",
                        o.arch);
+  if (strcmp(what, "gemm") == 0 && small)
+    return bench_small_products();
   if (strcmp(what, "gemm") == 0) {
     printf("BLIS %s, %d thread(s): sgemm %d^3 %.1f GFLOP/s\n", bt_gemm_arch(), bt_gemm_threads(),
            size, sgemm_gflops(size, 10));
