@@ -13,12 +13,15 @@
  * BLIS 0.9's skx kernels have no small-matrix ("sup") path: every product is
  * packed into 32 x 12 register blocks, so a dense layer of 64 x 64 at batch
  * 1 takes 6-9 us where the haswell kernels' sup path takes 1.3 us, and its
- * time jumps between levels from one run to the next (5.4-8.8 us, 7 December).
- * Below BT_GEMM_SMALL_MACS multiply-adds an AVX-512 loop of our own does the
- * product instead: 8 rows x 32 columns of C in registers, B's rows streamed
- * and op(A)'s entries broadcast, or with B transposed 4 x 4 dot products
- * along the rows of A and B. Only when BLIS runs its skx kernels: the other kernel sets
- * have their own sup path. BATON_GEMM_SMALL=N sets the limit (0: never). */
+ * time jumps between levels from one timing to the next (5.9-8.8 us, 7
+ * December). For the products bt_gemm_small_takes picks (at most
+ * BT_GEMM_SMALL_MACS multiply-adds, and a few shapes beyond) an AVX-512 loop
+ * of our own does the product instead: 16 accumulators of C in registers,
+ * shaped to the product (R rows x V 16-column vectors), B's rows streamed and
+ * op(A)'s entries broadcast; with B transposed and long rows, 4 x 4 dot
+ * products along the rows of A and B. Only when BLIS runs its skx kernels:
+ * the other kernel sets have their own sup path. BATON_GEMM_SMALL=N sets the
+ * limit (0: never). */
 
 static long small_limit = -1; /* multiply-adds; set on first use */
 
