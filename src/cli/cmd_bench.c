@@ -3,7 +3,8 @@
  *
  *   baton bench step  training-step time of a zoo model vs the BLIS sgemm
  *                     rate of this machine (and optionally PyTorch's step)
- *   baton bench gemm  BLIS sgemm GFLOP/s at a few sizes
+ *   baton bench gemm  BLIS sgemm GFLOP/s at a few sizes; --small: the small-product
+ *                     path against BLIS alone
  *   baton bench plan  exact plan search time vs the even split (bench_plan.c) */
 #include <limits.h>
 #include <math.h>
@@ -34,7 +35,9 @@ static void bench_usage(FILE *f) {
              "  --threads T          BLIS threads (default 1)\n"
              "  --layers             also print each layer's forward and backward time\n"
              "  --compare-pytorch    also run bench/pytorch_step.py (python3-torch) on the same\n"
-             "                       model and report baton's time as a ratio of PyTorch's\n");
+             "                       model and report baton's time as a ratio of PyTorch's\n\n"
+             "gemm options: --size N (n^3 sgemm, default 1024); --small: a dense layer's three\n"
+             "  products at 42 sizes on baton's small-product path and on BLIS alone, same run\n");
 }
 
 /* Median GFLOP/s of an n^3 sgemm through the same seam the layers use. */
