@@ -299,8 +299,11 @@ int bt_gemm_threads(void) { return (int)bli_thread_get_num_threads(); }
  * every product at batch 32 beyond a few 10^5 multiply-adds is faster in
  * BLIS (0.2-0.8x). */
 int bt_gemm_small_takes(bool trans_a, bool trans_b, int m, int n, int k) {
-  const long limit = small_limit_now();
-  if (limit == 0 || k <= 0 || m <= 0 || n <= 0 || (trans_a && trans_b))
+  return bt_gemm_small_rule(trans_a, trans_b, m, n, k, small_limit_now());
+}
+
+int bt_gemm_small_rule(bool trans_a, bool trans_b, int m, int n, int k, long limit) {
+  if (limit <= 0 || k <= 0 || m <= 0 || n <= 0 || (trans_a && trans_b))
     return 0;
   if ((double)m * n * k <= (double)limit)
     return 1;

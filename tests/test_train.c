@@ -86,6 +86,33 @@ Test(gemm, small_products_match_reference) {
   free(a), free(b), free(c1), free(c2);
 }
 
+/* The shape rule the predictor's features use is the one bt_sgemm applies:
+ * under the limit any product but a doubly transposed one, beyond it one
+ * row of C, or a transposed B with at most 8 rows; nothing at limit 0. */
+Test(gemm, small_rule_is_the_path_choice) {
+  const long L = BT_GEMM_SMALL_MACS;
+  cr_expect(bt_gemm_small_rule(false, false, 8, 64, 64, L));
+  cr_expect(bt_gemm_small_rule(true, false, 64, 64, 8, L));
+  cr_expect(!bt_gemm_small_rule(true, true, 8, 8, 8, L));
+  cr_expect(!bt_gemm_small_rule(false, false, 8, 64, 64, 0));
+  cr_expect(!bt_gemm_small_rule(false, false, 2, 4096, 64, L), "m = 2 beyond the limit: BLIS");
+  cr_expect(bt_gemm_small_rule(false, false, 1, 4096, 4096, L), "one row of C");
+  cr_expect(bt_gemm_small_rule(false, true, 8, 4096, 1024, L), "transposed B, 8 rows");
+  cr_expect(!bt_gemm_small_rule(false, true, 9, 4096, 1024, L));
+  cr_expect(!bt_gemm_small_rule(true, false, 1, 4096, 4096, L), "transposed A: BLIS");
+  cr_assert_eq(bt_gemm_configure("auto", 1), 0);
+  const long now = bt_gemm_small_limit();
+  static const int dims[] = {1, 2, 8, 9, 64, 1024, 4096};
+  for (int t = 0; t < 3; t++)
+    for (int i = 0; i < 7; i++)
+      for (int j = 0; j < 7; j++)
+        for (int k = 0; k < 7; k++) {
+          const bool ta = t == 1, tb = t == 2;
+          cr_expect_eq(bt_gemm_small_takes(ta, tb, dims[i], dims[j], dims[k]),
+                       bt_gemm_small_rule(ta, tb, dims[i], dims[j], dims[k], now));
+        }
+}
+
 Test(optim, sgd_matches_torch_rule) {
   /* torch.optim.SGD(lr=0.1, momentum=0.9, weight_decay=0.01), two steps:
    * p=1, g=0.5: d=0.51, buf=0.51, p=0.949; then g=0.5 again:
