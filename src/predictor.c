@@ -5,6 +5,7 @@
 #include "baton/gemm.h"
 #include "baton/kernels.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,7 +191,7 @@ static double direct_block_fill(const bt_layer *l, int batch) {
 /* One matrix product of a layer's pass, as layers.c calls bt_sgemm. */
 typedef struct gemm_call {
   bool ta, tb;
-  int m, n, k;
+  double m, n, k; /* doubles: a huge batch must not overflow an int */
 } gemm_call;
 
 /* The GEMMs of a dense layer's or convolution's pass (0 forward, 1
@@ -200,12 +201,12 @@ typedef struct gemm_call {
  * a chunk has at least 4096 rows or 2^21 lowered entries, so its products
  * are never small ones either way. */
 static int layer_gemms(const bt_layer *l, int batch, int pass, gemm_call *g) {
-  int I, O, M;
+  double I, O, M;
   if (l->kind == BT_DENSE) {
-    I = (int)bt_shape_elems(l->in), O = l->units, M = batch;
+    I = (double)bt_shape_elems(l->in), O = l->units, M = batch;
   } else if (l->kind == BT_CONV2D) {
     const int pf = conv_path(l, batch, 0);
-    I = l->kh * l->kw * l->in.c, O = l->units, M = batch * l->out.h * l->out.w;
+    I = (double)l->kh * l->kw * l->in.c, O = l->units, M = (double)batch * l->out.h * l->out.w;
     int n = 0;
     if (pf == 0 || pf == 3) {
       if (pass == 0)
@@ -237,7 +238,8 @@ static int layer_gemms(const bt_layer *l, int batch, int pass, gemm_call *g) {
  * register blocks, 2 its dot products (a transposed B with rows of at least
  * 64 entries), 3 a transposed B copied to rows, then the blocks. */
 static int small_kind(const gemm_call *g) {
-  if (!bt_gemm_small_rule(g->ta, g->tb, g->m, g->n, g->k, BT_GEMM_SMALL_MACS))
+  if (fmax(g->m, fmax(g->n, g->k)) > INT_MAX ||
+      !bt_gemm_small_rule(g->ta, g->tb, (int)g->m, (int)g->n, (int)g->k, BT_GEMM_SMALL_MACS))
     return 0;
   return !g->tb ? 1 : g->k >= 64 ? 2 : 3;
 }
@@ -252,7 +254,7 @@ static double small_fill(const gemm_call *g, int kind) {
   int lv = 0;
   while (lv < 3 && 16 * (1 << lv) < g->n)
     lv++;
-  const int rows = g->m < (16 >> lv) ? g->m : 16 >> lv, acc = rows << lv;
+  const int rows = g->m < (16 >> lv) ? (int)g->m : 16 >> lv, acc = rows << lv;
   return acc >= 8 ? 1.0 : acc / 8.0;
 }
 
@@ -264,7 +266,7 @@ static int small_path_features(const bt_layer *l, int batch, int pass, double *x
   const int n = layer_gemms(l, batch, pass, g);
   double all = 0, on = 0, fill = 0, dot = 0, copy = 0;
   for (int i = 0; i < n; i++) {
-    const double macs = (double)g[i].m * g[i].n * g[i].k;
+    const double macs = g[i].m * g[i].n * g[i].k;
     const int kind = small_kind(&g[i]);
     all += macs;
     if (kind == 0)
