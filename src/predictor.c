@@ -2,10 +2,8 @@
  * include/baton/predictor.h and docs/predictor.md. GSL only (no BLIS here). */
 #include "baton/predictor.h"
 
-#include "baton/gemm.h"
 #include "baton/kernels.h"
 
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +45,7 @@ static bt_pass effective_pass(const bt_layer *l, bt_pass pass) {
   return pass == BT_PASS_BWD_NODIN && bt_pass_backward_of(l, 0) != BT_PASS_BWD_NODIN ? BT_PASS_BWD
                                                                                      : pass;
 }
+static int feature_pass(bt_pass pass) { return pass == BT_PASS_BWD_NODIN ? 0 : (int)pass; }
 
 typedef struct reg {
   int nf, fitted;
@@ -188,109 +187,6 @@ static double direct_block_fill(const bt_layer *l, int batch) {
   return (double)n / nblk / m;
 }
 
-/* One matrix product of a layer's pass, as layers.c calls bt_sgemm. */
-typedef struct gemm_call {
-  bool ta, tb;
-  double m, n, k; /* doubles: a huge batch must not overflow an int */
-} gemm_call;
-
-/* The GEMMs of a dense layer's or convolution's pass (0 forward, 1
- * backward, 2 backward without din: the weight gradient alone); returns
- * their count (0 for the direct and thin kernels and other kinds). A
- * lowered convolution runs per batch chunk, taken here as the whole batch:
- * a chunk has at least 4096 rows or 2^21 lowered entries, so its products
- * are never small ones either way. */
-static int layer_gemms(const bt_layer *l, int batch, int pass, gemm_call *g) {
-  double I, O, M;
-  if (l->kind == BT_DENSE) {
-    I = (double)bt_shape_elems(l->in), O = l->units, M = batch;
-  } else if (l->kind == BT_CONV2D) {
-    const int pf = conv_path(l, batch, 0);
-    I = (double)l->kh * l->kw * l->in.c, O = l->units, M = (double)batch * l->out.h * l->out.w;
-    int n = 0;
-    if (pf == 0 || pf == 3) {
-      if (pass == 0)
-        g[n++] = (gemm_call){false, false, M, O, I};
-      else
-        g[n++] = (gemm_call){true, false, I, O, M};
-    }
-    const int pb = conv_path(l, batch, 1);
-    if (pass == 1 && (pb == 0 || pb == 3))
-      g[n++] = (gemm_call){false, true, M, I, O};
-    return n;
-  } else {
-    return 0;
-  }
-  if (pass == 0) {
-    g[0] = (gemm_call){false, false, M, O, I};
-    return 1;
-  }
-  g[0] = (gemm_call){true, false, I, O, M};
-  if (pass == 2)
-    return 1;
-  g[1] = (gemm_call){false, true, M, I, O};
-  return 2;
-}
-
-/* How bt_sgemm runs a product, from its shape alone (gemm.c; the rule is
- * the skx kernels' one, and on a host where BLIS runs others the trees and
- * regressions learn that it changes nothing): 0 BLIS, 1 the small path's
- * register blocks, 2 its dot products (a transposed B with rows of at least
- * 64 entries), 3 a transposed B copied to rows, then the blocks. */
-static int small_kind(const gemm_call *g) {
-  if (fmax(g->m, fmax(g->n, g->k)) > INT_MAX ||
-      !bt_gemm_small_rule(g->ta, g->tb, (int)g->m, (int)g->n, (int)g->k, BT_GEMM_SMALL_MACS))
-    return 0;
-  return !g->tb ? 1 : g->k >= 64 ? 2 : 3;
-}
-
-/* Accumulators a register block of the small path keeps in flight (its
- * 16-column vectors, at most 8, times its rows, at most 16 in all) over
- * the 8 that two FMA pipes of 4 cycles' latency need; the dot products
- * keep 16. */
-static double small_fill(const gemm_call *g, int kind) {
-  if (kind == 2)
-    return 1.0;
-  int lv = 0;
-  while (lv < 3 && 16 * (1 << lv) < g->n)
-    lv++;
-  const int rows = g->m < (16 >> lv) ? (int)g->m : 16 >> lv, acc = rows << lv;
-  return acc >= 8 ? 1.0 : acc / 8.0;
-}
-
-/* The small path's part of a pass, for the regressions: the share of the
- * multiply-adds it does, that share's own slope in their count, its blocks'
- * fill, and the shares in dot products and in copied transposes. */
-static int small_path_features(const bt_layer *l, int batch, int pass, double *x) {
-  gemm_call g[2];
-  const int n = layer_gemms(l, batch, pass, g);
-  double all = 0, on = 0, fill = 0, dot = 0, copy = 0;
-  for (int i = 0; i < n; i++) {
-    const double macs = g[i].m * g[i].n * g[i].k;
-    const int kind = small_kind(&g[i]);
-    all += macs;
-    if (kind == 0)
-      continue;
-    on += macs, fill += macs * lg(small_fill(&g[i], kind));
-    dot += (kind == 2) * macs, copy += (kind == 3) * macs;
-  }
-  const double s = all > 0 ? on / all : 0;
-  x[0] = s, x[1] = s * lg(all), x[2] = all > 0 ? fill / all : 0;
-  x[3] = all > 0 ? dot / all : 0, x[4] = all > 0 ? copy / all : 0;
-  return 5;
-}
-
-/* For the trees: each product's path (-1: none) and block fill. */
-static int small_path_tree_features(const bt_layer *l, int batch, int pass, double *x) {
-  gemm_call g[2];
-  const int n = layer_gemms(l, batch, pass, g);
-  for (int i = 0; i < 2; i++) {
-    const int kind = i < n ? small_kind(&g[i]) : -1;
-    x[2 * i] = kind, x[2 * i + 1] = kind > 0 ? small_fill(&g[i], kind) : 1;
-  }
-  return 4;
-}
-
 static int gemm_features(double M, double N, double K, double *x) {
   const double lm = lg(M), ln = lg(N), lk = lg(K);
   int n = 0;
@@ -319,8 +215,7 @@ static int memory_bound_features(const bt_layer *l, int batch, int pass, double 
 }
 
 /* Log-space features; returns their count (the intercept is implicit). */
-static int features(const bt_layer *l, int batch, int gpass, double *x) {
-  const int pass = gpass == 1; /* the weight gradient alone runs the forward's paths */
+static int features(const bt_layer *l, int batch, int pass, double *x) {
   const double B = batch > 0 ? batch : 1;
   const double ein = (double)bt_shape_elems(l->in) * B, eout = (double)bt_shape_elems(l->out) * B;
   const double lb = lg(4 * (ein + eout));
@@ -348,7 +243,6 @@ static int features(const bt_layer *l, int batch, int gpass, double *x) {
     const double fill = direct_block_fill(l, batch);
     x[n++] = ((pf == 1) + (pass ? (pb == 1) : 0)) * lg(fill);
     x[n++] = (l->out.h * l->out.w <= 16) * waste(N, 48);
-    n += small_path_features(l, batch, gpass, x + n);
     return n + memory_bound_features(l, batch, pass, x + n);
   }
   case BT_DENSE:
@@ -356,7 +250,6 @@ static int features(const bt_layer *l, int batch, int gpass, double *x) {
     x[n++] = lg(4.0 * l->units * bt_shape_elems(l->in));
     x[n++] = hinge(lg(4.0 * l->units * bt_shape_elems(l->in)), lg(1 << 20));
     x[n++] = hinge(lg(4.0 * l->units * bt_shape_elems(l->in)), lg(8 << 20));
-    n += small_path_features(l, batch, gpass, x + n);
     return n + memory_bound_features(l, batch, pass, x + n);
   case BT_DWCONV2D:
     x[n++] = lg(eout), x[n++] = lg(eout) * lg(eout), x[n++] = lg(l->in.c);
@@ -386,8 +279,7 @@ static int features(const bt_layer *l, int batch, int gpass, double *x) {
  * intensity and channel counts modulo the SIMD blocking, so that the trees
  * can carve out what the smooth regressions miss (a path switch, a cache
  * level, a ragged block). Returns their count (<= MAXT). */
-static int tree_features(const bt_layer *l, int batch, int gpass, double *x) {
-  const int pass = gpass == 1; /* as in features() */
+static int tree_features(const bt_layer *l, int batch, int pass, double *x) {
   const double B = batch > 0 ? batch : 1;
   const double ein = (double)bt_shape_elems(l->in) * B, eout = (double)bt_shape_elems(l->out) * B;
   const double fl = B * (pass ? bt_layer_flops_bwd(l) : bt_layer_flops_fwd(l));
@@ -411,13 +303,11 @@ static int tree_features(const bt_layer *l, int batch, int gpass, double *x) {
     x[n++] = direct_block_fill(l, batch);
     x[n++] = lg(fl) + lg(pass ? 0.5 * (tap_share(l, batch, 0) + tap_share(l, batch, 1))
                               : tap_share(l, batch, 0));
-    n += small_path_tree_features(l, batch, gpass, x + n);
     break;
   }
   case BT_DENSE: {
     const double K = (double)bt_shape_elems(l->in);
     x[n++] = lg(B), x[n++] = lg(l->units), x[n++] = lg(K), x[n++] = (int)K % 16;
-    n += small_path_tree_features(l, batch, gpass, x + n);
     break;
   }
   case BT_RESIDUAL:
@@ -684,11 +574,11 @@ static double host_time_g(const bt_predictor *p, const bt_layer *l, int batch, b
     return h;
   }
   double x[MAXF];
-  features(l, batch, (int)pass, x);
+  features(l, batch, feature_pass(pass), x);
   double ly = reg_eval(r, x) + knn_correction(r, x);
   if (r->nt > 0) {
     double xt[MAXT];
-    tree_features(l, batch, (int)pass, xt);
+    tree_features(l, batch, feature_pass(pass), xt);
     ly += gbt_eval(r, xt);
   }
   /* Far outside the fitted layers a quadratic can run away: keep within
@@ -1279,6 +1169,7 @@ int bt_predictor_fit_ex(const bt_profile *sets, const char *const *names, int n_
   }
   p->resid_corr[0] = p->resid_corr[1] = 1;
   for (int pass = 0; pass < N_PASS; pass++) {
+    const int fp = feature_pass((bt_pass)pass);
     for (int g = 0; g < N_GROUPS; g++) {
       int m = 0, nf = 0, ntf = 0;
       for (int i = 0; i < nr; i++) {
@@ -1286,8 +1177,8 @@ int bt_predictor_fit_ex(const bt_profile *sets, const char *const *names, int n_
         if (group_of(l->kind) != g || !isfinite(rows[i].t[pass]) || !(rows[i].t[pass] > 0) ||
             (int)effective_pass(l, (bt_pass)pass) != pass)
           continue;
-        nf = features(l, rows[i].batch, pass, X + (size_t)m * MAXF);
-        ntf = tree_features(l, rows[i].batch, pass, Xt + (size_t)m * MAXT);
+        nf = features(l, rows[i].batch, fp, X + (size_t)m * MAXF);
+        ntf = tree_features(l, rows[i].batch, fp, Xt + (size_t)m * MAXT);
         y[m++] = log(rows[i].t[pass]);
       }
       if (nf >= MAXF || ntf > MAXT) { /* a feature list outgrew its arrays */

@@ -43,7 +43,7 @@
 #include "baton/profile.h"
 
 #define BT_PREDICTOR_FORMAT "baton-predictor"
-#define BT_PREDICTOR_VERSION 8
+#define BT_PREDICTOR_VERSION 7
 
 enum { BT_PRED_THETA = 10, BT_PRED_DEVICES_MAX = 64 };
 
