@@ -28,8 +28,9 @@ long bt_gemm_small_limit(void);
  * and beyond it a product with one row of C or a transposed B with at most
  * 8 rows (where BLIS's packing costs more than it saves; gemm.c). */
 int bt_gemm_small_takes(bool trans_a, bool trans_b, int m, int n, int k);
-/* The same rule under a given limit, whatever the host runs: pure, so that
- * a model of the host's times can tell which products the path takes. */
+/* The same rule under a given limit, whatever kernels the host runs: the
+ * path's choice from a shape alone (pure; bt_gemm_small_takes applies it with
+ * the limit in effect). */
 int bt_gemm_small_rule(bool trans_a, bool trans_b, int m, int n, int k, long limit);
 void bt_gemm_set_small_limit(long macs);
 
