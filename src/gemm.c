@@ -113,6 +113,12 @@ static const nn_block nn_blocks[5][4] = {{block_nn_1x1, block_nn_1x2, block_nn_1
                                          {block_nn_8x1, block_nn_8x2, NULL, NULL},
                                          {block_nn_16x1, NULL, NULL, NULL}};
 
+/* B's size above which small_nn reads it in panels (half this VM's 2 MiB
+ * L2), and a panel's size (256 KiB measured best of 256 KiB, 512 KiB and
+ * whole columns at m = 2, 4, 8). */
+#define SMALL_NN_STREAM_BYTES (1 << 20)
+#define SMALL_NN_PANEL_BYTES (256 << 10)
+
 static int log2_up(int x) {
   int l = 0;
   while ((1 << l) < x)
@@ -130,21 +136,40 @@ static __mmask16 first_lanes(int n) {
  * compute 16 rows and a 16-column product not 32 columns. */
 static void small_nn(int m, int n, int k, float alpha, const float *a, int sr, int sc,
                      const float *b, int ldb, float beta, float *c, int ldc) {
-  const int lv = log2_up((n + 15) / 16) < 3 ? log2_up((n + 15) / 16) : 3, V = 1 << lv;
-  for (int i = 0; i < m;) {
-    int lr = log2_up(m - i);
-    if (lr > 4 - lv)
-      lr = 4 - lv;
-    const int R = 1 << lr, rows = m - i < R ? m - i : R;
-    const nn_block f = nn_blocks[lr][lv];
-    for (int j = 0; j < n; j += 16 * V) {
-      __mmask16 mask[8];
-      for (int v = 0; v < V; v++)
-        mask[v] = first_lanes(n - j - 16 * v);
-      f(rows, mask, k, alpha, a + (size_t)i * sr, sr, sc, b + j, ldb, beta, c + (size_t)i * ldc + j,
-        ldc);
+  int lv = log2_up((n + 15) / 16) < 3 ? log2_up((n + 15) / 16) : 3;
+  /* B beyond L2: all of C's rows (up to 8) in one block, with fewer columns
+   * each, so that each panel of B below is read once. */
+  if ((double)k * n * sizeof(float) > SMALL_NN_STREAM_BYTES && log2_up(m) + lv > 4)
+    lv = 4 - (log2_up(m) < 3 ? log2_up(m) : 3);
+  const int V = 1 << lv;
+  /* A large B goes in panels of rows that fit in L2, each panel across all
+   * of C's columns: a column strip of B over all k rows touches one page per
+   * row, more pages than the TLB holds once rows are 4 KiB or longer (m = 4,
+   * 4096 x 4096: 8.9 ms in strips, 3.3 ms in panels; `baton bench gemm
+   * --small`, 7 December). */
+  int kc = k;
+  if ((double)k * n * sizeof(float) > SMALL_NN_STREAM_BYTES) {
+    kc = (int)(SMALL_NN_PANEL_BYTES / (sizeof(float) * (size_t)n));
+    kc = kc < 8 ? 8 : kc;
+  }
+  for (int p0 = 0; p0 < k; p0 += kc) {
+    const int kp = k - p0 < kc ? k - p0 : kc;
+    const float be = p0 == 0 ? beta : 1.0f, *ap = a + (size_t)p0 * sc, *bp = b + (size_t)p0 * ldb;
+    for (int i = 0; i < m;) {
+      int lr = log2_up(m - i);
+      if (lr > 4 - lv)
+        lr = 4 - lv;
+      const int R = 1 << lr, rows = m - i < R ? m - i : R;
+      const nn_block f = nn_blocks[lr][lv];
+      for (int j = 0; j < n; j += 16 * V) {
+        __mmask16 mask[8];
+        for (int v = 0; v < V; v++)
+          mask[v] = first_lanes(n - j - 16 * v);
+        f(rows, mask, kp, alpha, ap + (size_t)i * sr, sr, sc, bp + j, ldb, be,
+          c + (size_t)i * ldc + j, ldc);
+      }
+      i += rows;
     }
-    i += rows;
   }
 }
 
@@ -290,14 +315,15 @@ const char *bt_gemm_arch(void) {
 
 int bt_gemm_threads(void) { return (int)bli_thread_get_num_threads(); }
 
-/* Measured with `baton bench gemm --small` (7 December, Intel Xeon VM): the
- * 70 dense-layer products this rule takes run 4.93x faster (geometric mean),
- * none slower; above the limit, BLIS's packing still costs more than it saves for a
- * product with one row of C (a batch-1 forward or input gradient: 2-7x at
- * every size up to 4096 x 4096) and for a transposed B with at most 8 rows
- * (the input gradient at batch <= 8: 2-4.5x), while a forward at batch 8 and
- * every product at batch 32 beyond a few 10^5 multiply-adds is faster in
- * BLIS (0.2-0.8x). */
+/* Measured with `baton bench gemm --small` (7 December, Intel Xeon VM, 210
+ * dense-layer products at batch 1, 2, 4, 8 and 32): the 157 products this
+ * rule takes run 4.29x faster than on BLIS alone (geometric mean), none
+ * slower. Beyond the limit BLIS's packing still costs more than it saves for
+ * up to 8 rows of C: forwards and input gradients at batch <= 8 run 1.3-3.5x
+ * faster on the path at every size up to 4096 x 4096 (B read in panels,
+ * small_nn), and so do weight gradients at batch 1-2 with at least 1024
+ * outputs (1.3-1.8x; narrower ones are a tie). At batch 32 beyond a few 10^5
+ * multiply-adds BLIS is faster (0.2-0.8x). */
 int bt_gemm_small_takes(bool trans_a, bool trans_b, int m, int n, int k) {
   return bt_gemm_small_rule(trans_a, trans_b, m, n, k, small_limit_now());
 }
@@ -307,7 +333,7 @@ int bt_gemm_small_rule(bool trans_a, bool trans_b, int m, int n, int k, long lim
     return 0;
   if ((double)m * n * k <= (double)limit)
     return 1;
-  return !trans_a && (m == 1 || (trans_b && m <= 8));
+  return trans_a ? k <= 2 && n >= 1024 : m <= 8;
 }
 
 void bt_gemm_set_small_limit(long macs) {

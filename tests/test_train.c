@@ -86,20 +86,57 @@ Test(gemm, small_products_match_reference) {
   free(a), free(b), free(c1), free(c2);
 }
 
+/* Products with few rows of C and a B beyond L2, which the small path reads
+ * in panels of B's rows (gemm.c): ragged last panels, rows of more than a
+ * page, both B layouts, beta 0 and not. */
+Test(gemm, small_products_in_panels_match_reference) {
+  cr_assert_eq(bt_gemm_configure("auto", 1), 0);
+  static const int ms[] = {1, 2, 3, 4, 5, 8};
+  static const int nk[][2] = {{300, 1000}, {4100, 70}, {8000, 40}, {1100, 999}};
+  bt_rng rng;
+  bt_rng_seed(&rng, 5, 6);
+  const size_t cap = 1100 * 999 + 64; /* the largest B */
+  float *a = malloc(sizeof(float) * cap), *b = malloc(sizeof(float) * cap);
+  float *c1 = malloc(sizeof(float) * 8 * 8000), *c2 = malloc(sizeof(float) * 8 * 8000);
+  for (size_t i = 0; i < cap; i++)
+    a[i] = bt_rng_normal(&rng), b[i] = bt_rng_normal(&rng);
+  for (size_t im = 0; im < sizeof ms / sizeof *ms; im++)
+    for (size_t s = 0; s < sizeof nk / sizeof *nk; s++)
+      for (int tb = 0; tb < 2; tb++) {
+        const int m = ms[im], n = nk[s][0], k = nk[s][1];
+        const float beta = (im + s) % 2 ? 0.0f : -0.5f;
+        for (int i = 0; i < m * n; i++)
+          c1[i] = c2[i] = (float)(i % 3) - 1.0f;
+        bt_sgemm(false, tb, m, n, k, 1.25f, a, k, b, tb ? k : n, beta, c1, n);
+        bt_sgemm_ref(false, tb, m, n, k, 1.25f, a, k, b, tb ? k : n, beta, c2, n);
+        float worst = 0;
+        for (int i = 0; i < m * n; i++)
+          worst = fmaxf(worst, fabsf(c1[i] - c2[i]) / (1.0f + fabsf(c2[i])));
+        cr_expect_lt(worst, 5e-5f, "m %d n %d k %d trans_b %d beta %g: %g", m, n, k, tb, beta,
+                     worst);
+      }
+  free(a), free(b), free(c1), free(c2);
+}
+
 /* The shape rule the predictor's features use is the one bt_sgemm applies:
- * under the limit any product but a doubly transposed one, beyond it one
- * row of C, or a transposed B with at most 8 rows; nothing at limit 0. */
+ * under the limit any product but a doubly transposed one, beyond it up to
+ * 8 rows of C with A not transposed, or a transposed A with k <= 2 and n >= 1024
+ * (a wide weight gradient at batch 1-2); nothing at limit 0. */
 Test(gemm, small_rule_is_the_path_choice) {
   const long L = BT_GEMM_SMALL_MACS;
   cr_expect(bt_gemm_small_rule(false, false, 8, 64, 64, L));
   cr_expect(bt_gemm_small_rule(true, false, 64, 64, 8, L));
   cr_expect(!bt_gemm_small_rule(true, true, 8, 8, 8, L));
   cr_expect(!bt_gemm_small_rule(false, false, 8, 64, 64, 0));
-  cr_expect(!bt_gemm_small_rule(false, false, 2, 4096, 64, L), "m = 2 beyond the limit: BLIS");
   cr_expect(bt_gemm_small_rule(false, false, 1, 4096, 4096, L), "one row of C");
+  cr_expect(bt_gemm_small_rule(false, false, 8, 4096, 4096, L), "8 rows beyond the limit");
+  cr_expect(!bt_gemm_small_rule(false, false, 9, 4096, 64, L), "9 rows beyond the limit: BLIS");
   cr_expect(bt_gemm_small_rule(false, true, 8, 4096, 1024, L), "transposed B, 8 rows");
   cr_expect(!bt_gemm_small_rule(false, true, 9, 4096, 1024, L));
-  cr_expect(!bt_gemm_small_rule(true, false, 1, 4096, 4096, L), "transposed A: BLIS");
+  cr_expect(!bt_gemm_small_rule(true, false, 1, 4096, 4096, L), "transposed A, k = 4096: BLIS");
+  cr_expect(bt_gemm_small_rule(true, false, 4096, 4096, 2, L), "a weight gradient at batch 2");
+  cr_expect(!bt_gemm_small_rule(true, false, 4096, 4096, 3, L));
+  cr_expect(!bt_gemm_small_rule(true, false, 4096, 512, 2, L), "narrow C: BLIS");
   cr_assert_eq(bt_gemm_configure("auto", 1), 0);
   const long now = bt_gemm_small_limit();
   static const int dims[] = {1, 2, 8, 9, 64, 1024, 4096};

@@ -25,8 +25,9 @@ void bt_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, cons
  * (0: always BLIS; ignored where the small path cannot run): benchmarks. */
 long bt_gemm_small_limit(void);
 /* Whether bt_sgemm gives this product to the small path: under the limit,
- * and beyond it a product with one row of C or a transposed B with at most
- * 8 rows (where BLIS's packing costs more than it saves; gemm.c). */
+ * and beyond it a product with at most 8 rows of C and A not transposed, or
+ * a transposed A with k <= 2 and n >= 1024 (where BLIS's packing costs more
+ * than it saves; gemm.c). */
 int bt_gemm_small_takes(bool trans_a, bool trans_b, int m, int n, int k);
 /* The same rule under a given limit, whatever kernels the host runs: the
  * path's choice from a shape alone (pure; bt_gemm_small_takes applies it with

@@ -37,7 +37,7 @@ static void bench_usage(FILE *f) {
              "  --compare-pytorch    also run bench/pytorch_step.py (python3-torch) on the same\n"
              "                       model and report baton's time as a ratio of PyTorch's\n\n"
              "gemm options: --size N (n^3 sgemm, default 1024); --small: a dense layer's three\n"
-             "  products at 42 sizes on baton's small-product path and on BLIS alone, same run\n");
+             "  products at 70 sizes on baton's small-product path and on BLIS alone, same run\n");
 }
 
 /* Median GFLOP/s of an n^3 sgemm through the same seam the layers use. */
@@ -90,7 +90,7 @@ static int bench_small_products(void) {
            bt_gemm_arch());
     return 0;
   }
-  static const int batches[] = {1, 8, 32};
+  static const int batches[] = {1, 2, 4, 8, 32};
   static const int widths[][2] = {{10, 64},    {64, 64},     {32, 256},    {128, 128},  {100, 256},
                                   {256, 256},  {64, 1024},   {512, 512},   {1024, 256}, {2048, 512},
                                   {512, 2048}, {1024, 1024}, {4096, 1024}, {4096, 4096}};
