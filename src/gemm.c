@@ -136,11 +136,10 @@ static __mmask16 first_lanes(int n) {
  * compute 16 rows and a 16-column product not 32 columns. */
 static void small_nn(int m, int n, int k, float alpha, const float *a, int sr, int sc,
                      const float *b, int ldb, float beta, float *c, int ldc) {
-  const int big_b = (double)k * n * sizeof(float) > SMALL_NN_STREAM_BYTES;
   int lv = log2_up((n + 15) / 16) < 3 ? log2_up((n + 15) / 16) : 3;
   /* B beyond L2: all of C's rows (up to 8) in one block, with fewer columns
    * each, so that each panel of B below is read once. */
-  if (big_b && log2_up(m) + lv > 4)
+  if ((double)k * n * sizeof(float) > SMALL_NN_STREAM_BYTES && log2_up(m) + lv > 4)
     lv = 4 - (log2_up(m) < 3 ? log2_up(m) : 3);
   const int V = 1 << lv;
   /* A large B goes in panels of rows that fit in L2, each panel across all
@@ -149,7 +148,7 @@ static void small_nn(int m, int n, int k, float alpha, const float *a, int sr, i
    * 4096 x 4096: 8.9 ms in strips, 3.3 ms in panels; `baton bench gemm
    * --small`, 7 December). */
   int kc = k;
-  if (big_b) {
+  if ((double)k * n * sizeof(float) > SMALL_NN_STREAM_BYTES) {
     kc = (int)(SMALL_NN_PANEL_BYTES / (sizeof(float) * (size_t)n));
     kc = kc < 8 ? 8 : kc;
   }
