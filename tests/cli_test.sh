@@ -94,10 +94,28 @@ expect_fail bench-bad-batch "--batch" "$baton" bench step --model mlp --batch 0
 expect_fail bench-plan-bad-bounds "--bounds" "$baton" bench plan --bounds best
 expect_fail bench-plan-bad-option "unknown option" "$baton" bench plan --nodes 5
 
+# Small profiling sets of this host (data/predictor/hosts/NAME, found by the
+# host key of their host.h5; taken over the default sets) for the plan checks:
+# fitting the predictor on the shipped sets takes half a minute under ASan.
+src_data=${BATON_DATA:-$(dirname "$baton")/../data}
+hd=$tmp/data
+mkdir -p "$hd/predictor/hosts/here"
+ln -s "$(cd "$src_data" && pwd)/models" "$hd/models"
+ln -s "$(cd "$src_data" && pwd)/devices" "$hd/devices"
+for f in "$src_data"/predictor/*.h5; do ln -s "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$hd/predictor/"; done
+# lenet5's layers only (--zoo): all six models' take minutes under ASan.
+BATON_DATA=$hd "$baton" profile --device host --random 5 --repeats 1 --quiet --zoo lenet5 \
+  --out "$hd/predictor/hosts/here/host.h5" >/dev/null
+BATON_DATA=$hd "$baton" profile --device rpi4 --random 5 --repeats 1 --quiet --zoo lenet5 \
+  --out "$hd/predictor/hosts/here/rpi4.h5" >/dev/null
+expect_fail profile-bad-zoo "zoo model 'vgg' is not one the corpus holds" "$baton" profile \
+  --device host --zoo lenet5,vgg --out "$tmp/never.h5"
+
 # baton plan: the plan of an experiment and every partitioner side by side.
 export BATON_CALIBRATION="$tmp/calibration.tsv"
 psyn=(--set data.name=synthetic --set data.train_samples=64 --set data.test_samples=16
   --set batch_size=16 --set micro_batches=4 --set model=lenet5)
+export BATON_DATA=$hd
 expect_ok plan "oracle" "$baton" plan "${psyn[@]}" --set devices=rpi4,jetson-orin-nano,rpi3bplus
 for p in even params flops profiled predicted; do
   grep -q "^$p " "$tmp/out" || { echo "FAIL plan: no '$p' row"; fails=$((fails + 1)); }
@@ -119,29 +137,16 @@ expect_fail plan-bad-devices-flag "--devices takes" "$baton" plan "${psyn[@]}" -
 expect_fail plan-no-fit "smallest memory scale" "$baton" plan "${psyn[@]}" \
   --set devices=rpi4,rpi5 --set memory_scale=0.000001
 
-# Profiling sets of this host (data/predictor/hosts/NAME, found by the host
-# key of their host.h5) are taken over the default sets; without them the
-# default sets are used.
-src_data=${BATON_DATA:-$(dirname "$baton")/../data}
-hd=$tmp/data
-mkdir -p "$hd/predictor/hosts/here"
-ln -s "$(cd "$src_data" && pwd)/models" "$hd/models"
-ln -s "$(cd "$src_data" && pwd)/devices" "$hd/devices"
-for f in "$src_data"/predictor/*.h5; do ln -s "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$hd/predictor/"; done
-BATON_DATA=$hd "$baton" profile --device host --random 5 --repeats 1 --quiet \
-  --out "$hd/predictor/hosts/here/host.h5" >/dev/null
-BATON_DATA=$hd "$baton" profile --device rpi4 --random 5 --repeats 1 --quiet \
-  --out "$hd/predictor/hosts/here/rpi4.h5" >/dev/null
-BATON_DATA=$hd expect_ok plan-this-host-sets "hosts/here (this host's sets)" "$baton" plan \
+expect_ok plan-this-host-sets "hosts/here (this host's sets)" "$baton" plan \
   "${psyn[@]}" --set devices=rpi4,rpi5 --set partition=predicted
-BATON_DATA=$hd expect_ok predictor-this-host-sets "hosts/here (timed on this host)" "$baton" \
+expect_ok predictor-this-host-sets "hosts/here (timed on this host)" "$baton" \
   predictor fit --out "$tmp/pred.txt"
 expect_fail predictor-dump-bad-path "--dump $tmp/no/such/dir.csv: cannot open" "$baton" \
   predictor eval --data "$hd/predictor/hosts/here" --dump "$tmp/no/such/dir.csv"
 expect_fail predictor-dump-not-fit "--dump is an option of 'baton predictor eval' only" \
   "$baton" predictor fit --out "$tmp/p2.txt" --dump "$tmp/d.csv"
 rm -rf "$hd/predictor/hosts"
-BATON_DATA=$hd expect_ok plan-default-sets "predictor: fitted on $hd/predictor and" "$baton" plan \
+expect_ok plan-default-sets "predictor: fitted on $hd/predictor and" "$baton" plan \
   "${psyn[@]}" --set devices=rpi4,rpi5 --set partition=predicted
 
 [ $fails -eq 0 ] && echo "all CLI checks passed" || echo "$fails CLI check(s) failed"

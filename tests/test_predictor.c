@@ -40,7 +40,7 @@ static double map_time(const bt_device *d, const bt_device *host, const bt_profi
 static void synth_seed(bt_profile *p, const char *dev, int n_random, uint64_t seed) {
   bt_err err = {{0}};
   memset(p, 0, sizeof *p);
-  cr_assert_eq(bt_profile_corpus(p, seed, n_random, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_profile_corpus(p, seed, n_random, NULL, &err), 0, "%s", err.msg);
   p->host.sgemm_gflops = 100;
   p->host.mem_gbs = 20;
   p->threads = 1;
@@ -135,6 +135,33 @@ Test(predictor, deep_layers_are_late_stage_layers) {
   bt_profile_free(&p);
 }
 
+/* --zoo: the corpus holds the named zoo models' layers and no other's; an
+ * unknown name is an error that lists the names. */
+Test(predictor, corpus_holds_only_the_named_zoo_models) {
+  bt_err err = {{0}};
+  bt_profile all, some, none, bad;
+  memset(&all, 0, sizeof all), memset(&some, 0, sizeof some);
+  memset(&none, 0, sizeof none), memset(&bad, 0, sizeof bad);
+  cr_assert_eq(bt_profile_corpus(&all, 1, 0, NULL, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_profile_corpus(&some, 1, 0, "lenet5,mlp", &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_profile_corpus(&none, 1, 0, "none", &err), 0, "%s", err.msg);
+  int all_named = 0, probes = 0;
+  for (int i = 0; i < all.n; i++) {
+    all_named += !strcmp(all.e[i].source, "lenet5") || !strcmp(all.e[i].source, "mlp");
+    probes += !strcmp(all.e[i].source, "probe");
+  }
+  cr_assert_gt(all_named, 4);
+  cr_assert_eq(none.n, probes, "'none' holds the probe set only");
+  cr_assert_eq(some.n, probes + all_named);
+  for (int i = probes; i < some.n; i++)
+    cr_assert(!strcmp(some.e[i].source, "lenet5") || !strcmp(some.e[i].source, "mlp"), "%s",
+              some.e[i].source);
+  cr_assert_eq(bt_profile_corpus(&bad, 1, 0, "lenet5,vgg", &err), -1);
+  cr_assert(strstr(err.msg, "'vgg'") && strstr(err.msg, "mobilenetv2"), "%s", err.msg);
+  cr_assert_eq(bt_profile_corpus(&bad, 1, 0, "", &err), -1);
+  bt_profile_free(&all), bt_profile_free(&some), bt_profile_free(&none), bt_profile_free(&bad);
+}
+
 /* The grid covers the late-stage regime around the zoo's convolutions at
  * every batch, and never one of them: the zoo rows stay out of the fit. */
 Test(predictor, deep_grid_surrounds_but_never_holds_the_zoo_convolutions) {
@@ -143,7 +170,7 @@ Test(predictor, deep_grid_surrounds_but_never_holds_the_zoo_convolutions) {
   memset(&zoo, 0, sizeof zoo);
   bt_err err = {{0}};
   cr_assert_eq(bt_profile_add_deep_grid(&grid, &err), 0, "%s", err.msg);
-  cr_assert_eq(bt_profile_corpus(&zoo, 1, 0, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_profile_corpus(&zoo, 1, 0, NULL, &err), 0, "%s", err.msg);
   cr_assert_gt(grid.n, 1000);
   int zoo_convs = 0;
   for (int j = 0; j < zoo.n; j++)
@@ -174,7 +201,7 @@ Test(predictor, big_grid_covers_large_convolutions_but_never_the_zoo) {
   memset(&zoo, 0, sizeof zoo);
   bt_err err = {{0}};
   cr_assert_eq(bt_profile_add_big_grid(&big, &err), 0, "%s", err.msg);
-  cr_assert_eq(bt_profile_corpus(&zoo, 1, 0, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_profile_corpus(&zoo, 1, 0, NULL, &err), 0, "%s", err.msg);
   cr_assert_gt(big.n, 300);
   int above_cap = 0, neighbour = 0;
   for (int i = 0; i < big.n; i++) {
@@ -207,7 +234,7 @@ Test(predictor, big_blocks_cover_large_blocks_but_never_the_zoo) {
   memset(&zoo, 0, sizeof zoo);
   bt_err err = {{0}};
   cr_assert_eq(bt_profile_add_big_blocks(&big, &err), 0, "%s", err.msg);
-  cr_assert_eq(bt_profile_corpus(&zoo, 1, 0, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_profile_corpus(&zoo, 1, 0, NULL, &err), 0, "%s", err.msg);
   int per_kind[BT_LAYER_KIND_COUNT] = {0}, mbv2_neighbour = 0;
   for (int i = 0; i < big.n; i++) {
     const bt_profile_entry *g = &big.e[i];

@@ -91,8 +91,10 @@ int bt_profile_find(const bt_profile *p, const bt_layer *l, int batch);
 
 /* The corpus: the probe set (source "probe"), `n_random` randomised layers
  * from `seed`, then every distinct layer of the zoo models at batches 8 and
- * 32 (vgg16 at 8 only). */
-int bt_profile_corpus(bt_profile *p, uint64_t seed, int n_random, bt_err *err);
+ * 32 (vgg16 at 8 only). `zoo` names the zoo models whose layers it holds, a
+ * comma-separated list (NULL: all six; "none": no zoo layers); an unknown
+ * name is an error. */
+int bt_profile_corpus(bt_profile *p, uint64_t seed, int n_random, const char *zoo, bt_err *err);
 
 /* Adds `n` randomised layers of networks' late stages (source "deep"):
  * convolutions and residual blocks of 256-1024 channels on 1-8 pixels, dense

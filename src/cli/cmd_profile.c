@@ -30,6 +30,9 @@ static void profile_usage(FILE *f) {
           "  --big-blocks      also large depthwise convolutions, batch norm, ReLU(6),\n"
           "                    inverted residuals and basic blocks (above the random\n"
           "                    layers' size cap, batches 8-32; never the zoo's own)\n"
+          "  --zoo LIST        the zoo models whose layers the corpus holds, comma-\n"
+          "                    separated, or none (default all six: mlp, lenet5,\n"
+          "                    vgg11, vgg16, resnet18, mobilenetv2)\n"
           "  --seed S          corpus seed (default 1)\n"
           "  --repeats N       timed runs per layer, minimum kept (default 10)\n"
           "  --passes P        time the whole corpus P times, minimum per layer over the\n"
@@ -64,7 +67,7 @@ static int int_arg(const char *opt, const char *v, int lo, int hi, int *out) {
 }
 
 int bt_cmd_profile(int argc, char **argv) {
-  const char *device = NULL, *out = NULL, *arch = "auto";
+  const char *device = NULL, *out = NULL, *arch = "auto", *zoo = NULL;
   int n_random = 300, n_deep = 0, deep_grid = 0, big_grid = 0, big_blocks = 0, seed = 1,
       repeats = 10, passes = 1, threads = 1, probes = 0, quiet = 0, nodin = 0, in_model = 0;
   for (int i = 1; i < argc; i++) {
@@ -96,6 +99,8 @@ int bt_cmd_profile(int argc, char **argv) {
       out = argv[++i];
     } else if (strcmp(a, "--arch") == 0) {
       arch = argv[++i];
+    } else if (strcmp(a, "--zoo") == 0) {
+      zoo = argv[++i];
     } else if (strcmp(a, "--random") == 0) {
       if (int_arg(a, argv[++i], 0, 100000, &n_random) < 0)
         return 2;
@@ -147,7 +152,8 @@ int bt_cmd_profile(int argc, char **argv) {
   p.threads = bt_gemm_threads();
   snprintf(p.blis_arch, sizeof p.blis_arch, "%s", bt_gemm_arch());
   bt_cli_host_key(p.host_key, sizeof p.host_key);
-  int rc = probes ? bt_profile_probe_set(&p, &err) : bt_profile_corpus(&p, p.seed, n_random, &err);
+  int rc =
+      probes ? bt_profile_probe_set(&p, &err) : bt_profile_corpus(&p, p.seed, n_random, zoo, &err);
   if (rc == 0 && !probes && n_deep > 0)
     rc = bt_profile_add_deep(&p, p.seed, n_deep, &err);
   if (rc == 0 && !probes && deep_grid)
