@@ -383,7 +383,7 @@ static bt_layer deep_layer(bt_rng *r, int *batch) {
 
 int bt_profile_source_fitted(const char *source) {
   return strcmp(source, "random") == 0 || strcmp(source, "deep") == 0 ||
-         strcmp(source, "grid") == 0 || strcmp(source, "big") == 0;
+         strcmp(source, "grid") == 0 || strcmp(source, "big") == 0 || strcmp(source, "odd") == 0;
 }
 
 int bt_profile_add_deep(bt_profile *p, uint64_t seed, int n, bt_err *err) {
@@ -538,6 +538,79 @@ static int spec_listed(const char (*specs)[BT_LAYER_SPEC_MAX], int n, const char
     if (strcmp(specs[i], spec) == 0)
       return 1;
   return 0;
+}
+
+static int uniform(bt_rng *r, int lo, int hi) {
+  return lo + (int)(bt_rng_u64(r) % (uint64_t)(hi - lo + 1));
+}
+
+/* A layer of any channel count, kernel and padding (bt_profile_add_odd);
+ * half the convolutions have at most 16 input channels. */
+static bt_layer odd_layer(bt_rng *r, int *batch) {
+  static const int batches[] = {1, 2, 4, 8, 16, 32};
+  static const int ks[] = {1, 2, 3, 3, 4, 5, 5, 7};
+  for (;;) {
+    *batch = PICK(r, batches);
+    const int s = uniform(r, 3, 32), kind = uniform(r, 0, 19);
+    int c = bt_rng_u64(r) % 2 ? uniform(r, 1, 16) : uniform(r, 1, 64);
+    bt_layer l;
+    if (kind < 11) {
+      const int k = PICK(r, ks);
+      l = bt_conv2d(uniform(r, 1, 128), k, uniform(r, 1, 3) == 3 ? 2 : 1, uniform(r, 0, k / 2));
+    } else if (kind < 14) {
+      l = bt_dense(uniform(r, 2, 600));
+      l.in = (bt_shape){1, 1, uniform(r, 8, 1200)};
+      if (affordable(&l, *batch))
+        return l;
+      bt_layer_release(&l);
+      continue;
+    } else if (kind < 16) {
+      l = kind == 14 ? bt_maxpool(2, 2, 0) : bt_avgpool(2, 2, 0);
+    } else if (kind < 18) {
+      l = bt_relu();
+    } else {
+      l = bt_batchnorm();
+    }
+    l.in = (bt_shape){s, s, c};
+    if (affordable(&l, *batch))
+      return l;
+    bt_layer_release(&l);
+  }
+}
+
+int bt_profile_add_odd(bt_profile *p, uint64_t seed, int n, bt_err *err) {
+  static const bt_layer_kind kinds[] = {BT_CONV2D,  BT_DENSE, BT_MAXPOOL,
+                                        BT_AVGPOOL, BT_RELU,  BT_BATCHNORM};
+  enum { N_KINDS = sizeof kinds / sizeof *kinds };
+  char(*zoo[N_KINDS])[BT_LAYER_SPEC_MAX] = {NULL};
+  int n_zoo[N_KINDS], rc = 0;
+  for (int k = 0; k < N_KINDS; k++)
+    if ((n_zoo[k] = zoo_layers_of(kinds[k], &zoo[k], err)) < 0)
+      rc = -1;
+  bt_rng r;
+  bt_rng_seed(&r, seed, 0x0dd5);
+  for (int i = 0, tries = 0; rc == 0 && i < n && tries < 50 * n; tries++) {
+    int batch = 1, in_zoo = 0;
+    bt_layer l = odd_layer(&r, &batch);
+    char spec[BT_LAYER_SPEC_MAX];
+    if (bt_layer_spec_format(&l, spec, sizeof spec) < 0) {
+      bt_layer_release(&l);
+      rc = bt_err_set(err, "odd layer spec too long");
+      break;
+    }
+    for (int k = 0; k < N_KINDS && !in_zoo; k++)
+      in_zoo = l.kind == kinds[k] && spec_listed(zoo[k], n_zoo[k], spec);
+    if (in_zoo) {
+      bt_layer_release(&l);
+      continue;
+    }
+    const int added = bt_profile_add(p, l, batch, "odd", err);
+    rc = added < 0 ? -1 : 0;
+    i += added > 0;
+  }
+  for (int k = 0; k < N_KINDS; k++)
+    free(zoo[k]);
+  return rc;
 }
 
 /* A grid of convolutions: every combination of the given shapes, each at
@@ -794,28 +867,66 @@ static void keep_two_smallest(double t, double *t1, double *t2) {
     *t2 = t;
 }
 
+/* One layer's tensors at batch B, as the training step holds them. */
+typedef struct layer_buffers {
+  int B;
+  size_t nin, nout, nws;
+  float *P, *S, *in, *out, *aux, *ws, *dout, *din, *dP;
+  int32_t *labels;
+} layer_buffers;
+
+static void buffers_free(layer_buffers *t) {
+  free(t->P), free(t->S), free(t->in), free(t->out), free(t->aux), free(t->ws), free(t->dout);
+  free(t->din), free(t->dP), free(t->labels);
+}
+
+/* Allocates `l`'s buffers at batch B, weights initialised and a random
+ * input and output gradient; returns 0 or -1 (out of memory: all freed). */
+static int buffers_alloc(const bt_layer *l, int B, layer_buffers *t) {
+  memset(t, 0, sizeof *t);
+  t->B = B;
+  t->nin = bt_shape_elems(l->in) * B, t->nout = bt_shape_elems(l->out) * B;
+  t->nws = bt_layer_ws_floats(l, B);
+  t->P = falloc(l->n_params), t->S = falloc(l->n_state), t->in = falloc(t->nin);
+  t->out = falloc(t->nout), t->aux = falloc(bt_layer_aux_floats(l, B)), t->ws = falloc(t->nws);
+  t->dout = falloc(t->nout), t->din = falloc(t->nin), t->dP = falloc(l->n_params);
+  t->labels = calloc((size_t)B, sizeof(int32_t));
+  if (!t->P || !t->S || !t->in || !t->out || !t->aux || !t->ws || !t->dout || !t->din || !t->dP ||
+      !t->labels) {
+    buffers_free(t);
+    return -1;
+  }
+  bt_layer_init(l, t->P, t->S, 7);
+  bt_rng r;
+  bt_rng_seed(&r, 11, 0x11);
+  for (size_t i = 0; i < t->nin; i++)
+    t->in[i] = bt_rng_normal(&r);
+  for (size_t i = 0; i < t->nout; i++)
+    t->dout[i] = 1e-3f * bt_rng_normal(&r);
+  return 0;
+}
+
 /* The two smallest forward and backward seconds of `repeats` runs after a
- * warm-up, each backward with din (NULL: without the input gradient) right
- * after its forward; a layer whose two smallest runs disagree by > 5% gets
- * up to 3 more rounds. Returns that spread. */
-static double time_pairs(const bt_layer *l, int B, float *P, float *S, const float *in, float *out,
-                         float *aux, float *ws, size_t nws, const float *dout, float *din,
-                         float *dP, int32_t *labels, int repeats, int wall, double f[2],
-                         double b[2]) {
+ * warm-up, each backward with the input gradient (without it when !din)
+ * right after its forward; a layer whose two smallest runs disagree by > 5%
+ * gets up to 3 more rounds. Returns that spread. */
+static double time_pairs(const bt_layer *l, layer_buffers *t, int din, int repeats, int wall,
+                         double f[2], double b[2]) {
   double spread = 0;
   f[0] = f[1] = b[0] = b[1] = INFINITY;
   for (int round = 0; round < 4; round++) {
     for (int k = round == 0 ? -1 : 0; k < repeats; k++) {
       bt_exec x = {.training = 1,
                    .seed = 1,
-                   .ws = ws,
-                   .ws_floats = nws,
-                   .labels = labels,
-                   .loss_scale = 1.0f / (float)B};
+                   .ws = t->ws,
+                   .ws_floats = t->nws,
+                   .labels = t->labels,
+                   .loss_scale = 1.0f / (float)t->B};
       double t0 = now_s(wall);
-      bt_layer_forward(l, P, S, in, out, aux, B, &x);
+      bt_layer_forward(l, t->P, t->S, t->in, t->out, t->aux, t->B, &x);
       double t1 = now_s(wall);
-      bt_layer_backward(l, P, in, out, aux, dout, din, dP, B, &x);
+      bt_layer_backward(l, t->P, t->in, t->out, t->aux, t->dout, din ? t->din : NULL, t->dP, t->B,
+                        &x);
       double t2 = now_s(wall);
       if (k < 0)
         continue;
@@ -837,40 +948,20 @@ static double time_pairs(const bt_layer *l, int B, float *P, float *S, const flo
  * took 1.55x as long as in a set profiled without it, 7 December). */
 static int time_layer(bt_profile_entry *e, int repeats, int wall, int nodin, bt_err *err) {
   const bt_layer *l = &e->layer;
-  const int B = e->batch;
-  const size_t nin = bt_shape_elems(l->in) * B, nout = bt_shape_elems(l->out) * B;
-  const size_t naux = bt_layer_aux_floats(l, B), nws = bt_layer_ws_floats(l, B);
-  float *P = falloc(l->n_params), *S = falloc(l->n_state), *in = falloc(nin);
-  float *out = falloc(nout), *aux = falloc(naux), *ws = falloc(nws), *dout = falloc(nout);
-  float *din = falloc(nin), *dP = falloc(l->n_params);
-  int32_t *labels = calloc((size_t)B, sizeof(int32_t));
-  int rc = 0;
-  if (!P || !S || !in || !out || !aux || !ws || !dout || !din || !dP || !labels) {
-    rc = bt_err_set(err, "out of memory timing %s", e->spec);
-    goto done;
-  }
-  bt_layer_init(l, P, S, 7);
-  bt_rng r;
-  bt_rng_seed(&r, 11, 0x11);
-  for (size_t i = 0; i < nin; i++)
-    in[i] = bt_rng_normal(&r);
-  for (size_t i = 0; i < nout; i++)
-    dout[i] = 1e-3f * bt_rng_normal(&r);
+  layer_buffers t;
+  if (buffers_alloc(l, e->batch, &t) < 0)
+    return bt_err_set(err, "out of memory timing %s", e->spec);
   double f[2], b[2], nf[2], nb[2];
-  e->spread =
-      time_pairs(l, B, P, S, in, out, aux, ws, nws, dout, din, dP, labels, repeats, wall, f, b);
+  e->spread = time_pairs(l, &t, 1, repeats, wall, f, b);
   nodin = nodin && bt_pass_backward_of(l, 0) == BT_PASS_BWD_NODIN;
   if (nodin)
-    e->spread = fmax(e->spread, time_pairs(l, B, P, S, in, out, aux, ws, nws, dout, NULL, dP,
-                                           labels, repeats, wall, nf, nb));
+    e->spread = fmax(e->spread, time_pairs(l, &t, 0, repeats, wall, nf, nb));
   /* No positive reading in any run: faster than the clock resolves. */
   e->host_fwd = isfinite(f[0]) ? f[0] : 1e-9;
   e->host_bwd = isfinite(b[0]) ? b[0] : 1e-9;
   e->host_bwd_nodin = nodin ? (isfinite(nb[0]) ? nb[0] : 1e-9) : NAN;
-done:
-  free(P), free(S), free(in), free(out), free(aux), free(ws), free(dout), free(din), free(dP);
-  free(labels);
-  return rc;
+  buffers_free(&t);
+  return 0;
 }
 
 int bt_profile_find(const bt_profile *p, const bt_layer *l, int batch) {

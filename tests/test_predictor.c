@@ -135,6 +135,38 @@ Test(predictor, deep_layers_are_late_stage_layers) {
   bt_profile_free(&p);
 }
 
+/* The odd-shape generator reaches channel counts and paddings off the
+ * random corpus's menus (LeNet's 1 and 6 channels, no padding), never a zoo
+ * layer itself, and its rows are fitted like random ones. */
+Test(predictor, odd_layers_leave_the_menus_but_never_hold_the_zoo) {
+  bt_profile odd, zoo;
+  memset(&odd, 0, sizeof odd), memset(&zoo, 0, sizeof zoo);
+  bt_err err = {{0}};
+  cr_assert_eq(bt_profile_add_odd(&odd, 8, 1000, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_profile_corpus(&zoo, 1, 0, NULL, &err), 0, "%s", err.msg);
+  cr_assert_eq(odd.n, 1000);
+  cr_assert(bt_profile_source_fitted("odd"));
+  int one_channel = 0, six_channels = 0, unpadded_k5 = 0, dense = 0;
+  for (int i = 0; i < odd.n; i++) {
+    const bt_layer *l = &odd.e[i].layer;
+    cr_assert_str_eq(odd.e[i].source, "odd");
+    for (int j = 0; j < zoo.n; j++)
+      if (strcmp(zoo.e[j].source, "probe") != 0)
+        cr_assert_str_neq(odd.e[i].spec, zoo.e[j].spec, "holds the zoo layer %s", zoo.e[j].spec);
+    if (l->kind == BT_CONV2D) {
+      one_channel += l->in.c == 1;
+      six_channels += l->in.c == 6 || l->out.c == 6;
+      unpadded_k5 += l->kh == 5 && l->pad == 0;
+    }
+    dense += l->kind == BT_DENSE;
+  }
+  cr_assert(one_channel > 5 && six_channels > 5 && unpadded_k5 > 5 && dense > 50,
+            "1 channel %d, 6 channels %d, unpadded 5x5 %d, dense %d", one_channel, six_channels,
+            unpadded_k5, dense);
+  bt_profile_free(&odd);
+  bt_profile_free(&zoo);
+}
+
 /* --zoo: the corpus holds the named zoo models' layers and no other's; an
  * unknown name is an error that lists the names. */
 Test(predictor, corpus_holds_only_the_named_zoo_models) {

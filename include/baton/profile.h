@@ -101,6 +101,16 @@ int bt_profile_corpus(bt_profile *p, uint64_t seed, int n_random, const char *zo
  * layers of 256-4096 units, where the weights' bytes set the time. */
 int bt_profile_add_deep(bt_profile *p, uint64_t seed, int n, bt_err *err);
 
+/* Adds `n` randomised layers of shapes off the random corpus's menus (source
+ * "odd"): convolutions of any 1-64 input and 1-128 output channels, kernels
+ * 1-7 with any padding up to half the kernel, dense layers of any 8-1200
+ * inputs and 2-600 outputs, pooling, ReLU and batch norm on any channel
+ * count, on 3-32 pixels, within the corpus's size limit; never a zoo model's
+ * own layer. The random corpus draws channels from {3, 8, 16, ...} and pads
+ * by half the kernel, so LeNet-like layers (1 or 6 channels, no padding) lie
+ * outside it. */
+int bt_profile_add_odd(bt_profile *p, uint64_t seed, int n, bt_err *err);
+
 /* Adds a grid of late-stage convolutions (source "grid"): 256-1024 input and
  * output channels (5 steps each) on 2, 4 and 8 pixels, kernels 1 and 3,
  * strides 1 and 2, batches 1-32, within the corpus's size limit, leaving out
