@@ -102,7 +102,7 @@ void bt_predictor_default_options(bt_predictor_options *o) {
   o->ridge = 0.3;
   o->linear_head = 0;
   o->residual_memory = 0;
-  o->trees = 100;
+  o->trees = 200;
   o->tree_depth = 5;
 }
 

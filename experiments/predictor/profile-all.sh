@@ -18,7 +18,10 @@
 # depthwise convolutions, batch norm, ReLU(6), inverted residuals and basic
 # blocks above the random layers' size cap, never the zoo's own; 6 min), and
 # with MORE=N (default 0) two more random corpora of N layers each from seeds
-# 6 and 8 (corpus-host-2.h5, corpus-host-3.h5; 13-15 min each at 16000).
+# 6 and 8 (corpus-host-2.h5, corpus-host-3.h5; 13-15 min each at 16000),
+# and with ODD=N (default 0) N layers of any channel count, kernel and padding
+# (corpus-host-odd.h5, --odd: LeNet-like shapes off the random corpus's
+# menus, never the zoo's own; 3 min at 4000).
 # IN_MODEL=1 (default 0) also times every zoo layer of the device and host
 # sets inside its whole model, as the runtime's calibration does
 # (--in-model: the sets' *_model datasets; about 15 s more per set).
@@ -49,6 +52,7 @@ grid=${6:-1}
 big=${7:-0}
 blocks=${8:-0}
 more=${9:-0}
+odd=${ODD:-0}
 out=${OUT:-data/predictor}
 mkdir -p "$out"
 export BLIS_NUM_THREADS=1
@@ -91,4 +95,8 @@ if [ "$more" -gt 0 ]; then
     "$baton" profile --device host --seed "${s%:*}" --random "$more" \
       --out "$out/corpus-host-${s#*:}.h5" --repeats "$repeats" --passes "$passes" --nodin --quiet
   done
+fi
+if [ "$odd" -gt 0 ]; then
+  "$baton" profile --device host --seed 8 --random 0 --odd "$odd" --zoo none \
+    --out "$out/corpus-host-odd.h5" --repeats "$repeats" --passes "$passes" --nodin --quiet
 fi

@@ -67,7 +67,7 @@ typedef struct bt_predictor_options {
                         * (+2-3 points within 10%, but ~10x the prediction time and a
                         * 275 kB model file); default 0 */
   int trees;           /* boosted regression trees on the host regressions' log
-                        * residuals, per kind group and pass (default 100; 0: none) */
+                        * residuals, per kind group and pass (default 200; 0: none) */
   int tree_depth;      /* their depth, 1..6 (default 5) */
 } bt_predictor_options;
 
@@ -93,7 +93,7 @@ int bt_predictor_fit_ex(const bt_profile *sets, const char *const *names, int n_
                         const bt_predictor_options *opt, bt_predictor **out, bt_err *err);
 void bt_predictor_free(bt_predictor *p);
 
-/* Model file (text, ~200 kB with the default 100 trees per regression): save
+/* Model file (text, ~1.7 MB with the default 200 trees per regression): save
  * and load. Loading validates. */
 int bt_predictor_save(const bt_predictor *p, const char *path, bt_err *err);
 int bt_predictor_load(const char *path, bt_predictor **out, bt_err *err);

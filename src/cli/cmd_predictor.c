@@ -29,7 +29,7 @@ static void predictor_usage(FILE *f) {
           "                  curve; host corpora are used whole)\n"
           "  --linear-head   the comparison model: one time scale per device\n"
           "  --residual-memory  add the nearest fitted layers' residuals (slower, larger)\n"
-          "  --trees N       boosted trees on the host regressions' residuals (default 100;\n"
+          "  --trees N       boosted trees on the host regressions' residuals (default 200;\n"
           "                  0: the regressions alone)\n"
           "  --tree-depth D  their depth, 1..6 (default 5)\n"
           "  --dump FILE     eval: write every seen set's out-of-fold predictions, one CSV row\n"
