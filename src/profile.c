@@ -408,44 +408,45 @@ static const struct {
                   {"vgg11", {32, 32, 3}, 1},    {"vgg16", {32, 32, 3}, 0},
                   {"resnet18", {32, 32, 3}, 1}, {"mobilenetv2", {32, 32, 3}, 1}};
 
-/* 1 if zoo model `name` is in the comma-separated `list` (NULL: all). */
-static int zoo_listed(const char *list, const char *name) {
-  if (!list)
-    return 1;
-  const size_t len = strlen(name);
-  for (const char *s = list; *s;) {
-    const size_t n = strcspn(s, ",");
-    if (n == len && strncmp(s, name, n) == 0)
-      return 1;
-    s += n + (s[n] == ',');
-  }
-  return 0;
+enum { N_ZOO_MODELS = sizeof zoo_models / sizeof *zoo_models };
+
+/* The index in zoo_models of the model named by the n characters at s, or -1. */
+static int zoo_index(const char *s, size_t n) {
+  for (int z = 0; z < N_ZOO_MODELS; z++)
+    if (strlen(zoo_models[z].name) == n && strncmp(s, zoo_models[z].name, n) == 0)
+      return z;
+  return -1;
 }
 
-/* Checks that every name of `list` is one of the corpus's zoo models. */
-static int check_zoo_list(const char *list, bt_err *err) {
+/* Marks in[z] the zoo models of the comma-separated `list` (NULL: all six,
+ * "none": none); an empty list or an unknown name is an error. */
+static int zoo_selection(const char *list, int in[N_ZOO_MODELS], bt_err *err) {
+  for (int z = 0; z < N_ZOO_MODELS; z++)
+    in[z] = list == NULL;
   if (!list || strcmp(list, "none") == 0)
     return 0;
+  char names[128] = "";
+  for (int z = 0; z < N_ZOO_MODELS; z++)
+    snprintf(names + strlen(names), sizeof names - strlen(names), "%s, ", zoo_models[z].name);
   if (!*list)
-    return bt_err_set(err, "the list of zoo models is empty; give some of mlp, lenet5, vgg11, "
-                           "vgg16, resnet18, mobilenetv2, or none");
+    return bt_err_set(err, "the list of zoo models is empty; give some of %sor none", names);
   for (const char *s = list; *s;) {
     const size_t n = strcspn(s, ",");
-    int known = 0;
-    for (size_t z = 0; z < sizeof zoo_models / sizeof *zoo_models && !known; z++)
-      known = strlen(zoo_models[z].name) == n && strncmp(s, zoo_models[z].name, n) == 0;
-    if (!known)
+    const int z = zoo_index(s, n);
+    if (z < 0)
       return bt_err_set(err,
                         "zoo model '%.*s' is not one the corpus holds; give a comma-separated "
-                        "list of mlp, lenet5, vgg11, vgg16, resnet18, mobilenetv2, or none",
-                        (int)n, s);
+                        "list of %sor none",
+                        (int)n, s, names);
+    in[z] = 1;
     s += n + (s[n] == ',');
   }
   return 0;
 }
 
 int bt_profile_corpus(bt_profile *p, uint64_t seed, int n_random, const char *zoo, bt_err *err) {
-  if (check_zoo_list(zoo, err) < 0)
+  int in_corpus[N_ZOO_MODELS];
+  if (zoo_selection(zoo, in_corpus, err) < 0)
     return -1;
   /* The probe set first: held-out devices adapt from these rows. */
   if (bt_profile_probe_set(p, err) < 0)
@@ -462,8 +463,8 @@ int bt_profile_corpus(bt_profile *p, uint64_t seed, int n_random, const char *zo
       return -1;
     i += rc;
   }
-  for (size_t z = 0; z < sizeof zoo_models / sizeof *zoo_models; z++) {
-    if (!zoo_listed(zoo, zoo_models[z].name))
+  for (int z = 0; z < N_ZOO_MODELS; z++) {
+    if (!in_corpus[z])
       continue;
     bt_model m;
     if (bt_zoo_build(zoo_models[z].name, zoo_models[z].in, 10, &m, err) < 0)
