@@ -1666,6 +1666,9 @@ double bt_predictor_predict(const bt_predictor *p, const char *device, const bt_
 
 /* ---- model file ---------------------------------------------------------------- */
 
+/* Doubles at 17 digits, floats at 9: a loaded predictor predicts exactly
+ * what the fitted one did, so the fit cache never changes a plan. */
+
 static void put_vec(FILE *f, const char *key, const double *v, int n) {
   fprintf(f, "%s", key);
   for (int i = 0; i < n; i++)
@@ -1681,8 +1684,8 @@ static void put_reg(FILE *f, const char *tag, int g, int pass, const reg *r) {
   fprintf(f, " knn %d\n", r->nk);
   for (int i = 0; i < r->nk; i++) {
     for (int j = 0; j < r->nf; j++)
-      fprintf(f, " %.6g", (double)r->kx[(size_t)i * r->nf + j]);
-    fprintf(f, " %.6g\n", (double)r->kr[i]);
+      fprintf(f, " %.9g", (double)r->kx[(size_t)i * r->nf + j]);
+    fprintf(f, " %.9g\n", (double)r->kr[i]);
   }
   fprintf(f, " trees %d %d %d\n", r->nt, r->ntf, r->depth);
   for (int t = 0; t < r->nt; t++) {
@@ -1690,7 +1693,7 @@ static void put_reg(FILE *f, const char *tag, int g, int pass, const reg *r) {
     for (int j = 0; j < (1 << r->depth) - 1; j++)
       fprintf(f, " %d %.9g", tg->f[j], (double)tg->thr[j]);
     for (int j = 0; j < 1 << r->depth; j++)
-      fprintf(f, " %.6g", (double)tg->leaf[j]);
+      fprintf(f, " %.9g", (double)tg->leaf[j]);
     fprintf(f, "\n");
   }
 }
@@ -1755,7 +1758,7 @@ static int get_reg(FILE *f, const char *tag, int n_pass, reg *slots) {
   r->ylo = ylo, r->yhi = yhi;
   ok = get_vec(f, "mean", r->mean, nf) == 0 && get_vec(f, "sd", r->sd, nf) == 0 &&
        get_vec(f, "beta", r->beta, nf + 1) == 0;
-  for (int j = 0; ok && j < nf; j++)
+  for (int j = 0; ok && r->fitted && j < nf; j++) /* an unfitted slot has zeros */
     ok = r->sd[j] > 0;
   int nk = -1;
   ok = ok && fscanf(f, " knn %d", &nk) == 1 && nk >= 0 && nk < 1000000;

@@ -408,6 +408,8 @@ static int write_root_attrs(hid_t file, const bt_runlog_meta *m) {
   rc |= attr_i32(file, "micro_batches", m->micro_batches);
   rc |= attr_i32(file, "batch_size", m->batch_size);
   rc |= attr_str(file, "created", created);
+  if (m->predictor && m->predictor[0])
+    rc |= attr_str(file, "predictor", m->predictor);
   return rc;
 }
 
@@ -920,6 +922,8 @@ static int read_root_attrs(hid_t f, const char *path, bt_runlog_data *d, bt_err 
   rc |= read_attr_int(f, "batch_size", &d->batch_size);
   rc |= read_attr_str(f, "config_yaml", &d->config_yaml);
   rc |= read_attr_str(f, "effective_config_yaml", &d->effective_config_yaml);
+  if (H5Aexists(f, "predictor") > 0) /* optional: runs planned by the predictor */
+    rc |= read_attr_str(f, "predictor", &d->predictor_info);
   return rc ? h5_fail(err, path, "missing or unreadable root attributes") : 0;
 }
 
@@ -1112,6 +1116,7 @@ void bt_runlog_data_free(bt_runlog_data *d) {
   free(d->device_profile);
   free(d->config_yaml);
   free(d->effective_config_yaml);
+  free(d->predictor_info);
   free(d->devices);
   free(d->layers);
   free(d->plans);

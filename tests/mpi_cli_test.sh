@@ -9,6 +9,7 @@ fails=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export BATON_CALIBRATION="$tmp/calibration.tsv" # keep the tests out of ~/.cache
+export BATON_PREDICTOR_CACHE="$tmp/predictor-cache"
 run() { timeout 120 "$@" >"$tmp/out" 2>"$tmp/err"; }
 mpi() { local n=$1; shift; run mpirun -np "$n" --oversubscribe "$@"; }
 
@@ -120,6 +121,8 @@ expect_fail $? calibration-corrupt "$tmp/bad.tsv:1: not 'HOST<tab>KEY<tab>SECOND
 mpi 3 "$baton" train "${syn[@]}" --set devices=rpi4,jetson-orin-nano,rpi3bplus \
   --set partition=predicted --set progress=never --set output="$tmp/planned.h5"
 expect_ok $? plan-predicted "plan: partition predicted, stages on ["
+grep -q "^plan: predictor fitted and cached on the sets " "$tmp/out" ||
+  { echo "FAIL plan-cache-miss: no 'fitted and cached' line"; cat "$tmp/out"; fails=$((fails + 1)); }
 gap=$(sed -n 's/.*s with the true device times (\([-+0-9.]*\)%).*/\1/p' "$tmp/out")
 if [ -n "$gap" ] && awk -v g="$gap" 'BEGIN { exit !(g >= -1 && g <= 1) }'; then
   echo "ok   plan-true-model: planned vs measured iteration ${gap}%"
@@ -128,6 +131,8 @@ else
 fi
 "$baton" report "$tmp/planned.h5" >"$tmp/out" 2>"$tmp/err"
 expect_ok $? plan-logged "predicted"
+grep -q "^  predictor: sets .*; fitted and cached in .*; cache file $tmp/predictor-cache/predictor-" \
+  "$tmp/out" || { echo "FAIL plan-logged-predictor: no predictor line"; cat "$tmp/out"; fails=$((fails + 1)); }
 mpi 2 "$baton" train "${syn[@]}" "${two[@]}" --set partition=oracle --set memory_scale=0.00001
 expect_fail $? plan-memory "the smallest memory scale with which some plan fits is"
 # Real hardware: the ranks' own probes, raw heads; no emulated true times.
@@ -247,6 +252,10 @@ fi
 mpi 4 "$baton" train "${syn[@]}" "${ro[@]}" --set throttle=1:4:50 --set replan.every=2 \
   --set partition=predicted --set output="$tmp/probe.h5"
 expect_ok $? replan-probes "never ran them; timing them there first"
+# The same sets as plan-predicted's (clock virtual): the fitted predictor
+# comes from the cache.
+grep -q "^plan: predictor loaded from the cache on the sets " "$tmp/out" ||
+  { echo "FAIL plan-cache-hit: no 'loaded from the cache' line"; cat "$tmp/out"; fails=$((fails + 1)); }
 # The run file keeps what the predictor learned from: 10 probe layers x 2
 # passes on each of the 4 ranks at start-up, and the re-plan probe's layers.
 run "$baton" report "$tmp/probe.h5"

@@ -37,7 +37,7 @@ for c in "${!stores[@]}"; do
     for m in "${!mixes[@]}"; do
       out=$(BATON_CALIBRATION=${stores[$c]} "$baton" plan "${common[@]}" --set model="$model" \
         --set devices="${mixes[$m]}" --devices "$use")
-      sets=$(echo "$out" | sed -n 's/^predictor: fitted on \(.*\) and predicted in.*/\1/p')
+      sets=$(echo "$out" | sed -n 's/^predictor: sets \([^,]*\), .*/\1/p')
       while read -r name t g s; do
         true_s[$c,$model,$m,$name]=$t gap[$c,$model,$m,$name]=$g ms[$c,$model,$m,$name]=$s
       done < <(echo "$out" | awk '/^(even|params|flops|profiled|predicted|oracle) / {

@@ -36,6 +36,9 @@ typedef struct bt_runlog_meta {
   const char *schedule; /* "gpipe" or "1f1b" */
   int micro_batches;
   int batch_size;
+  /* The latency predictor behind a predicted plan: its sets and whether it
+   * was fitted or loaded from the cache (NULL or "": none, no attribute). */
+  const char *predictor;
 } bt_runlog_meta;
 
 typedef struct bt_runlog_device {
@@ -205,6 +208,7 @@ typedef struct bt_runlog_data {
   uint64_t seed;
   int blis_threads, micro_batches, batch_size;
   char *config_yaml, *effective_config_yaml;
+  char *predictor_info; /* the predictor behind a predicted plan (NULL: none) */
   /* 1 when the writer never closed the file: it was killed, or still runs.
    * Everything it flushed is there; later rows may be missing. */
   int unclosed;

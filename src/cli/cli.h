@@ -63,4 +63,36 @@ size_t bt_cli_peak_rss(void);
 /* "12.3 MiB"-style formatting into buf. */
 const char *bt_cli_bytes(double bytes, char *buf, size_t len);
 
+/* ---- the fitted-predictor cache (fit_cache.c) ---- */
+struct bt_profile;
+struct bt_profile_dir;
+struct bt_predictor;
+struct bt_predictor_options;
+struct bt_err;
+
+/* The cache directory: $BATON_PREDICTOR_CACHE (0 or off: no cache), else
+ * $XDG_CACHE_HOME/baton/predictor, else ~/.cache/baton/predictor; NULL when
+ * off or no home. */
+const char *bt_cli_predictor_cache_dir(char *buf, size_t len);
+
+enum { BT_CLI_CACHE_OFF, BT_CLI_CACHE_HIT, BT_CLI_CACHE_MISS, BT_CLI_CACHE_UNWRITABLE };
+typedef struct bt_cli_fit_info {
+  int state;       /* BT_CLI_CACHE_* */
+  char path[4200]; /* the cache file ("" when off) */
+  char note[4400]; /* non-empty: an unusable cache file or one not written */
+} bt_cli_fit_info;
+
+/* bt_predictor_fit_ex on the sets of dir (read into sd and selected into
+ * sets/names and corpora), or the predictor a previous fit of the same
+ * inputs cached: keyed by the predictor code and build, the options and
+ * every byte of every set in dir. The loaded predictor predicts exactly what
+ * a refit would (the model file round-trips). */
+int bt_cli_fit_cached(const char *dir, const struct bt_profile_dir *sd,
+                      const struct bt_profile *sets, const char *const *names, int n,
+                      const struct bt_profile *corpora, int nc,
+                      const struct bt_predictor_options *opt, struct bt_predictor **out,
+                      bt_cli_fit_info *info, struct bt_err *err);
+/* "loaded from the cache", "fitted and cached", ... */
+const char *bt_cli_cache_state_name(int state);
+
 #endif

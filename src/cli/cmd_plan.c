@@ -236,10 +236,13 @@ int bt_cmd_plan(int argc, char **argv) {
   if (cli_planner_plan(&pl, cfg.partition, use, &plan, &info, &err) < 0)
     goto fail;
   if (pl.pred_fwd)
-    printf("predictor: fitted on %s%s and predicted in %.2f s (%d devices adapted from "
-           "probes; in-model context %s)\n",
-           pl.sets_dir, pl.per_host_sets ? " (this host's sets)" : "", pl.predict_seconds,
+    printf("predictor: sets %s%s, %s in %.2f s; predicted in %.2f s in all (%d devices "
+           "adapted from probes; in-model context %s)\n",
+           pl.sets_dir, pl.per_host_sets ? " (this host's sets)" : "",
+           bt_cli_cache_state_name(pl.fit_info.state), pl.fit_seconds, pl.predict_seconds,
            pl.n_adapted, pl.in_model ? "on" : "off");
+  if (pl.pred_fwd && pl.fit_info.note[0])
+    printf("predictor: note: %s\n", pl.fit_info.note);
   if (pl.pred_fwd && pl.host_note[0])
     printf("predictor: note: %s; emulated devices follow this host's kernels, so predicted "
            "plans miss by more (docs/partition.md, \"Another host\"); "

@@ -67,6 +67,8 @@ static void print_header(const char *path, const bt_runlog_data *d) {
   printf("  BLIS %s x %d thread(s); %d layers; %d plan(s); %zu train rows, %zu timeline events\n",
          d->blis_arch[0] ? d->blis_arch : "?", d->blis_threads, d->n_layers, d->n_plans, d->n_train,
          d->n_events);
+  if (d->predictor_info)
+    printf("  predictor: %s\n", d->predictor_info);
   if (d->unclosed)
     printf("  note: the writer never closed this file (killed, or still running); the figures "
            "cover what it flushed\n");

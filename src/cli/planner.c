@@ -568,7 +568,8 @@ int cli_planner_predict(cli_planner *pl, bt_err *err) {
       const int n = bt_profile_dir_select(&sd, BT_PROFILE_DEVICE, sets, names, sd.n);
       const int nc = bt_profile_dir_select(&sd, BT_PROFILE_CORPUS, corpora, NULL, sd.n);
       note_other_host(pl, sets, n);
-      rc = bt_predictor_fit_ex(sets, names, n, NULL, corpora, nc, &opt, &pr, err);
+      rc = bt_cli_fit_cached(dir, &sd, sets, names, n, corpora, nc, &opt, &pr, &pl->fit_info, err);
+      pl->fit_seconds = bt_cli_now() - t0;
     }
     free(sets), free(corpora), free(names);
     bt_profile_dir_free(&sd);

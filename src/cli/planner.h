@@ -15,6 +15,7 @@
 #include "baton/netem.h"
 #include "baton/partition.h"
 #include "baton/runlog.h"
+#include "cli.h"
 
 typedef struct cli_planner {
   const bt_config *cfg;
@@ -63,6 +64,8 @@ typedef struct cli_planner {
   bt_host_rates host_rates; /* the store's rates, which map host times to devices */
   char sets_dir[4400];      /* the profiling sets the predictor is fitted on */
   int per_host_sets;        /* 1: sets timed on this host (bt_cli_predictor_dir) */
+  bt_cli_fit_info fit_info; /* fitted, or loaded from the predictor cache */
+  double fit_seconds;       /* host seconds reading the sets and fitting (or loading) */
   /* Non-empty when the profiling sets were timed on another host than this
    * one (emulated devices follow this host's kernels): what differs. */
   char host_note[1400];

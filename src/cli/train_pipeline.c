@@ -447,6 +447,10 @@ static int setup_plan(run *r, bt_err *err) {
              "planned in %.2f s\n",
              c->partition, devs, list, plan.iter_time, truth,
              info.plan_seconds + pl->calib_seconds + pl->predict_seconds);
+      if (pl->pred_fwd)
+        printf("plan: predictor %s on the sets %s in %.2f s%s%s\n",
+               bt_cli_cache_state_name(pl->fit_info.state), pl->sets_dir, pl->fit_seconds,
+               pl->fit_info.note[0] ? "; note: " : "", pl->fit_info.note);
       if (pl->pred_fwd && pl->host_note[0] && strcmp(c->clock, "none") != 0)
         printf("plan: note: %s; emulated devices follow this host's kernels, so predicted plans "
                "miss by more (docs/partition.md, \"Another host\")\n",
@@ -646,6 +650,13 @@ static int open_runlog(run *r, bt_err *err) {
   if (r->rank == r->lead && c->output[0]) {
     char *effective;
     bt_runlog_meta meta = bt_cli_runlog_meta(c, c->clock, c->schedule, r->size, &effective);
+    const cli_planner *pl = r->planner;
+    char predictor[9000] = "";
+    if (pl && pl->pred_fwd)
+      snprintf(predictor, sizeof predictor, "sets %s; %s in %.2f s%s%s", pl->sets_dir,
+               bt_cli_cache_state_name(pl->fit_info.state), pl->fit_seconds,
+               pl->fit_info.path[0] ? "; cache file " : "", pl->fit_info.path);
+    meta.predictor = predictor;
     bt_runlog_device devs[BT_CONFIG_DEVICES_MAX];
     for (int k = 0; k < r->size; k++)
       devs[k] = (bt_runlog_device){k, c->devices[r->stage_device[k]], all[3 * k], all[3 * k + 1],
