@@ -1481,7 +1481,7 @@ static int device_slot(bt_predictor *p, const char *device, bt_err *err) {
  * than ADAPT_CV_MIN probe layers: scale 1. */
 static const double ADAPT_SCALES[] = {0.03, 0.1, 0.3, 1.0, 3.0};
 static const double ADAPT_SOFT = 0.1;
-enum { ADAPT_CV_MIN = 4, ADAPT_CV_ITERS = 40 };
+enum { ADAPT_CV_MIN = 4, ADAPT_CV_ITERS = 100 };
 
 static double adapt_prior_scale(const bt_predictor *p, const fsample *s, int n, const double *mu,
                                 const double *prec) {
