@@ -148,6 +148,7 @@ plan_rows() { grep -E '^(stage|iteration|even|params|flops|profiled|predicted|or
   awk '{ $(NF - 1) = ""; print }'; } # without the search's milliseconds
 BATON_PREDICTOR_CACHE=$tmp/pc expect_ok plan-cache-miss "fitted and cached in" "$baton" "${pcache[@]}"
 plan_rows >"$tmp/rows1"
+first_key=$(ls "$tmp"/pc/predictor-*.txt)
 BATON_PREDICTOR_CACHE=$tmp/pc expect_ok plan-cache-hit "loaded from the cache in" "$baton" "${pcache[@]}"
 plan_rows >"$tmp/rows2"
 cmp -s "$tmp/rows1" "$tmp/rows2" && [ -s "$tmp/rows1" ] && echo "ok   plan-cache-same-plan" ||
@@ -162,6 +163,24 @@ BATON_PREDICTOR_CACHE=$tmp/pc expect_ok plan-cache-new-sets "fitted and cached i
 [ "$(ls "$tmp"/pc/predictor-*.txt | wc -l)" -eq 2 ] && echo "ok   plan-cache-two-keys" ||
   { echo "FAIL plan-cache-two-keys:"; ls "$tmp/pc"; fails=$((fails + 1)); }
 rm "$hd/predictor/hosts/here/rpi4-copy.h5"
+# Pruning: a write keeps the 16 most recently used predictors (a hit counts
+# as a use) and drops temporary files of dead runs, nothing else.
+for i in $(seq 10 29); do
+  touch -d "2 days ago + $i minutes" "$tmp/pc/predictor-$(printf '%032d' "$i").txt"
+done
+touch -d "3 days ago" "$first_key" "$tmp/pc/predictor-$(printf '%032d' 1).123.tmp"
+touch "$tmp/pc/predictor-$(printf '%032d' 2).456.tmp" "$tmp/pc/notes.txt"
+BATON_PREDICTOR_CACHE=$tmp/pc expect_ok plan-cache-hit-again "loaded from the cache in" "$baton" "${pcache[@]}"
+cp "$hd/predictor/hosts/here/rpi4.h5" "$hd/predictor/hosts/here/rpi4-copy2.h5"
+BATON_PREDICTOR_CACHE=$tmp/pc expect_ok plan-cache-prune-write "fitted and cached in" "$baton" "${pcache[@]}"
+kept=$(ls "$tmp"/pc/predictor-*.txt | wc -l)
+[ "$kept" -eq 16 ] && [ -f "$first_key" ] && [ -f "$tmp/pc/notes.txt" ] &&
+  [ ! -e "$tmp/pc/predictor-$(printf '%032d' 10).txt" ] &&
+  [ -e "$tmp/pc/predictor-$(printf '%032d' 29).txt" ] &&
+  [ ! -e "$tmp/pc/predictor-$(printf '%032d' 1).123.tmp" ] &&
+  [ -e "$tmp/pc/predictor-$(printf '%032d' 2).456.tmp" ] && echo "ok   plan-cache-pruned" ||
+  { echo "FAIL plan-cache-pruned ($kept kept):"; ls -l "$tmp/pc"; fails=$((fails + 1)); }
+rm "$hd/predictor/hosts/here/rpi4-copy2.h5"
 BATON_PREDICTOR_CACHE=0 expect_ok plan-cache-off "fitted (cache off) in" "$baton" "${pcache[@]}"
 : >"$tmp/not-a-dir"
 BATON_PREDICTOR_CACHE=$tmp/not-a-dir expect_ok plan-cache-unwritable "could not write the predictor cache in $tmp/not-a-dir" "$baton" "${pcache[@]}"

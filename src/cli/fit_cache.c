@@ -1,12 +1,15 @@
 /* cli/fit_cache: fitted predictors kept on disk, keyed by what the fit
  * reads, so that a plan or a train on unchanged sets loads the predictor
  * (about 0.3 s) instead of refitting it (about 10 s on the shipped sets). */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "baton/predictor.h"
@@ -99,6 +102,72 @@ static int fit_key(const char *dir, const bt_profile_dir *sd, const bt_predictor
   return 0;
 }
 
+/* How many fitted predictors the cache keeps (about 2 MB each): one per
+ * sets directory and build, so a few builds of a few hosts' sets. */
+#define CACHE_KEEP 16
+/* A temporary file this old is left by a run that died while writing. */
+#define STALE_TMP_SECONDS 3600
+
+typedef struct {
+  char name[64];
+  time_t mtime;
+} cache_entry;
+
+static int newest_first(const void *a, const void *b) {
+  const time_t ta = ((const cache_entry *)a)->mtime, tb = ((const cache_entry *)b)->mtime;
+  return ta < tb ? 1 : ta > tb ? -1 : 0;
+}
+
+/* "predictor-" + 32 hex digits + suffix: only files this module wrote. */
+static int cache_file_kind(const char *name) {
+  const size_t n = strlen(name), stem = 10 + 32;
+  if (strncmp(name, "predictor-", 10) != 0 || n < stem + 4)
+    return 0;
+  if (n == stem + 4 && strcmp(name + stem, ".txt") == 0)
+    return 1;
+  return strcmp(name + n - 4, ".tmp") == 0 ? 2 : 0;
+}
+
+/* Keeps the CACHE_KEEP most recently used predictors (a hit touches its
+ * file) and drops temporary files of runs that died. Best effort: a file
+ * another run removes first is no error. */
+static void prune_cache(const char *cdir) {
+  DIR *d = opendir(cdir);
+  if (!d)
+    return;
+  cache_entry *e = NULL;
+  int n = 0, cap = 0;
+  const time_t now = time(NULL);
+  char path[8192];
+  for (struct dirent *de; (de = readdir(d)) != NULL;) {
+    const int kind = cache_file_kind(de->d_name);
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", cdir, de->d_name);
+    if (!kind || strlen(de->d_name) >= sizeof e->name || stat(path, &st) != 0)
+      continue;
+    if (kind == 2) {
+      if (now - st.st_mtime > STALE_TMP_SECONDS)
+        unlink(path);
+      continue;
+    }
+    if (n == cap) {
+      cache_entry *grown = realloc(e, (size_t)(cap = cap ? 2 * cap : 32) * sizeof *e);
+      if (!grown)
+        break;
+      e = grown;
+    }
+    snprintf(e[n].name, sizeof e[n].name, "%s", de->d_name);
+    e[n++].mtime = st.st_mtime;
+  }
+  closedir(d);
+  qsort(e, (size_t)n, sizeof *e, newest_first);
+  for (int i = CACHE_KEEP; i < n; i++) {
+    snprintf(path, sizeof path, "%s/%s", cdir, e[i].name);
+    unlink(path);
+  }
+  free(e);
+}
+
 /* A cached predictor must head exactly the sets it is asked for. */
 static int heads_match(const bt_predictor *p, const char *const *names, int n) {
   if (bt_predictor_n_devices(p) != n)
@@ -127,6 +196,7 @@ int bt_cli_fit_cached(const char *dir, const bt_profile_dir *sd, const bt_profil
     const int loaded = bt_predictor_load(info->path, out, &lerr) == 0;
     if (loaded && heads_match(*out, names, n)) {
       info->state = BT_CLI_CACHE_HIT;
+      utimensat(AT_FDCWD, info->path, NULL, 0); /* most recently used */
       return 0;
     }
     bt_predictor_free(*out);
@@ -150,7 +220,8 @@ int bt_cli_fit_cached(const char *dir, const bt_profile_dir *sd, const bt_profil
              "could not write the predictor cache in %.3000s (%.1000s)", cdir,
              lerr.msg[0] ? lerr.msg : strerror(errno));
     info->state = BT_CLI_CACHE_UNWRITABLE;
-  }
+  } else
+    prune_cache(cdir);
   return 0;
 }
 
