@@ -941,8 +941,8 @@ static void map_fit(const bt_predictor *p, const fsample *s, int n, const double
 /* A full fit: coarse scan of the cache size around LM (the step in the cache
  * term has no useful gradient far from the threshold). */
 static void full_fit(const bt_predictor *p, const fsample *s, int n, const double *mu,
-                     const double *prec, double *th, double *cov) {
-  map_fit(p, s, n, mu, prec, th, NULL, 40);
+                     const double *prec, double *th, double *cov, int iters) {
+  map_fit(p, s, n, mu, prec, th, NULL, iters);
   if (!p->opt.linear_head) {
     double best = objective(p, s, n, th, mu, prec, NULL), keep = th[7];
     for (double lc = log(1.0 / 32); lc <= log(64.0); lc += log(2.0) / 4) {
@@ -953,7 +953,7 @@ static void full_fit(const bt_predictor *p, const fsample *s, int n, const doubl
     }
     th[7] = keep;
   }
-  map_fit(p, s, n, mu, prec, th, cov, 40);
+  map_fit(p, s, n, mu, prec, th, cov, iters);
 }
 
 /* A vague prior for fitting seen devices on their own data. */
@@ -1355,7 +1355,7 @@ static int fit_heads_and_prior(bt_predictor *p, const bt_profile *sets, int n_se
     }
     memcpy(h->th, mu, sizeof h->th);
     h->th[8] = 0.0;
-    full_fit(p, s, m, mu, prec, h->th, h->P);
+    full_fit(p, s, m, mu, prec, h->th, h->P, 40);
     h->n_obs = m;
   }
   free(s);
@@ -1478,8 +1478,11 @@ static int device_slot(bt_predictor *p, const char *device, bt_err *err) {
  * errors often tie two scales 30x apart, and a hard choice flipped between
  * them from one population fit to the next (jetson-tx2 held out: 0.03 in 4
  * of 5 folds, then 1 in 3 of 5 after a change of the host model). Fewer
- * than ADAPT_CV_MIN probe layers: scale 1. */
-static const double ADAPT_SCALES[] = {0.03, 0.1, 0.3, 1.0, 3.0};
+ * than ADAPT_CV_MIN probe layers: scale 1. Every fit here, and the final
+ * one, scans the cache size as a full fit does (full_fit): from the
+ * population mean, LM alone cannot reach a cache far from it. Scale 10 lets
+ * 50 samples pull a head well away from a population of eight devices. */
+static const double ADAPT_SCALES[] = {0.03, 0.1, 0.3, 1.0, 3.0, 10.0};
 static const double ADAPT_SOFT = 0.1;
 enum { ADAPT_CV_MIN = 4, ADAPT_CV_ITERS = 100 };
 
@@ -1511,7 +1514,7 @@ static double adapt_prior_scale(const bt_predictor *p, const fsample *s, int n, 
           train[m++] = s[i];
       double th[NP];
       memcpy(th, mu, sizeof th);
-      map_fit(p, train, m, mu, pr, th, NULL, ADAPT_CV_ITERS);
+      full_fit(p, train, m, mu, pr, th, NULL, ADAPT_CV_ITERS);
       bt_device d;
       theta_device(p, th, &d);
       for (int i = 0; i < n; i++)
@@ -1560,7 +1563,7 @@ int bt_predictor_adapt(bt_predictor *p, const char *device, const bt_pred_sample
   const double scale = adapt_prior_scale(p, s, n, mu, prec);
   for (int a = 0; a < NP * NP; a++)
     prec[a] /= scale;
-  map_fit(p, s, n, mu, prec, h->th, h->P, 100);
+  full_fit(p, s, n, mu, prec, h->th, h->P, 100);
   free(s);
   return k;
 }

@@ -383,7 +383,8 @@ static bt_layer deep_layer(bt_rng *r, int *batch) {
 
 int bt_profile_source_fitted(const char *source) {
   return strcmp(source, "random") == 0 || strcmp(source, "deep") == 0 ||
-         strcmp(source, "grid") == 0 || strcmp(source, "big") == 0 || strcmp(source, "odd") == 0;
+         strcmp(source, "grid") == 0 || strcmp(source, "big") == 0 || strcmp(source, "odd") == 0 ||
+         strcmp(source, "dense") == 0;
 }
 
 int bt_profile_add_deep(bt_profile *p, uint64_t seed, int n, bt_err *err) {
@@ -611,6 +612,43 @@ int bt_profile_add_odd(bt_profile *p, uint64_t seed, int n, bt_err *err) {
   }
   for (int k = 0; k < N_KINDS; k++)
     free(zoo[k]);
+  return rc;
+}
+
+/* A dense layer of any width (bt_profile_add_dense): inputs and units
+ * log-uniform, so small layers (where blocking and overheads decide the
+ * time) are as common as large ones (where the weights' bytes do). */
+static bt_layer dense_layer(bt_rng *r, int *batch) {
+  static const int batches[] = {1, 2, 4, 8, 16, 32};
+  for (;;) {
+    *batch = PICK(r, batches);
+    bt_layer l = bt_dense((int)lround(exp(log(2.0) + bt_rng_uniform(r) * log(4096 / 2.0))));
+    l.in = (bt_shape){1, 1, (int)lround(exp(log(8.0) + bt_rng_uniform(r) * log(4096 / 8.0)))};
+    if (affordable(&l, *batch))
+      return l;
+    bt_layer_release(&l);
+  }
+}
+
+int bt_profile_add_dense(bt_profile *p, uint64_t seed, int n, bt_err *err) {
+  char(*zoo)[BT_LAYER_SPEC_MAX] = NULL;
+  const int n_zoo = zoo_layers_of(BT_DENSE, &zoo, err);
+  int rc = n_zoo < 0 ? -1 : 0;
+  bt_rng r;
+  bt_rng_seed(&r, seed, 0xde45e);
+  for (int i = 0, tries = 0; rc == 0 && i < n && tries < 50 * n; tries++) {
+    int batch = 1;
+    bt_layer l = dense_layer(&r, &batch);
+    char spec[BT_LAYER_SPEC_MAX];
+    if (bt_layer_spec_format(&l, spec, sizeof spec) < 0 || spec_listed(zoo, n_zoo, spec)) {
+      bt_layer_release(&l);
+      continue;
+    }
+    const int added = bt_profile_add(p, l, batch, "dense", err);
+    rc = added < 0 ? -1 : 0;
+    i += added > 0;
+  }
+  free(zoo);
   return rc;
 }
 

@@ -167,6 +167,37 @@ Test(predictor, odd_layers_leave_the_menus_but_never_hold_the_zoo) {
   bt_profile_free(&zoo);
 }
 
+/* --dense: dense layers only, spread over small and large widths and every
+ * batch, none a zoo model's own. */
+Test(predictor, dense_layers_span_the_widths_but_never_hold_the_zoo) {
+  bt_profile dense, zoo;
+  memset(&dense, 0, sizeof dense), memset(&zoo, 0, sizeof zoo);
+  bt_err err = {{0}};
+  cr_assert_eq(bt_profile_add_dense(&dense, 9, 1000, &err), 0, "%s", err.msg);
+  cr_assert_eq(bt_profile_corpus(&zoo, 1, 0, NULL, &err), 0, "%s", err.msg);
+  cr_assert_eq(dense.n, 1000);
+  cr_assert(bt_profile_source_fitted("dense"));
+  int narrow = 0, wide = 0, batch1 = 0, batch32 = 0;
+  for (int i = 0; i < dense.n; i++) {
+    const bt_layer *l = &dense.e[i].layer;
+    cr_assert_eq(l->kind, BT_DENSE);
+    cr_assert_str_eq(dense.e[i].source, "dense");
+    cr_assert(l->in.c >= 8 && l->in.c <= 4096 && l->out.c >= 2 && l->out.c <= 4096, "%s",
+              dense.e[i].spec);
+    for (int j = 0; j < zoo.n; j++)
+      if (strcmp(zoo.e[j].source, "probe") != 0)
+        cr_assert_str_neq(dense.e[i].spec, zoo.e[j].spec, "holds the zoo layer %s", zoo.e[j].spec);
+    narrow += l->in.c <= 64 && l->out.c <= 64;
+    wide += l->in.c >= 1024 && l->out.c >= 1024;
+    batch1 += dense.e[i].batch == 1;
+    batch32 += dense.e[i].batch == 32;
+  }
+  cr_assert(narrow > 50 && wide > 20 && batch1 > 100 && batch32 > 100,
+            "narrow %d, wide %d, batch 1 %d, batch 32 %d", narrow, wide, batch1, batch32);
+  bt_profile_free(&dense);
+  bt_profile_free(&zoo);
+}
+
 /* --zoo: the corpus holds the named zoo models' layers and no other's; an
  * unknown name is an error that lists the names. */
 Test(predictor, corpus_holds_only_the_named_zoo_models) {
@@ -536,6 +567,44 @@ Test(predictor, adapts_to_an_unseen_device_from_ten_probes) {
   cr_assert_lt(bt_predictor_update(p, "jetson-nano", probes, np, &err), 0);
   cr_assert(strstr(err.msg, "sample 3"), "%s", err.msg);
   cr_assert_eq(within(p, d, &w.s[0], 0.10), after);
+  bt_predictor_free(p);
+  free_world(&w);
+}
+
+/* The cache term is a step, so its size has no gradient far from the
+ * threshold: a few-shot fit starting from the population (caches of 0.25-2
+ * MiB) must scan for the laptop's 12 MiB as the full fit does (without the
+ * scan: 8035 KiB from all the laptop's rows). */
+Test(predictor, adapting_finds_a_cache_far_from_the_population) {
+  world w;
+  make_world(&w);
+  const bt_profile *laptop = &w.s[4];
+  cr_assert_str_eq(w.names[4], "x86-laptop");
+  bt_profile others[N_DEVS];
+  const char *names[N_DEVS];
+  for (int k = 0, m = 0; k <= N_DEVS; k++)
+    if (k != 4)
+      others[m] = w.s[k], names[m++] = w.names[k];
+  bt_predictor *p;
+  bt_err err = {{0}};
+  cr_assert_eq(bt_predictor_fit(others, names, N_DEVS, NULL, NULL, &p, &err), 0, "%s", err.msg);
+  bt_pred_sample *smp = malloc(2 * (size_t)laptop->n * sizeof *smp);
+  int ns = 0;
+  for (int i = 0; i < laptop->n; i++) {
+    const bt_profile_entry *e = &laptop->e[i];
+    smp[ns++] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_FWD, e->fwd};
+    smp[ns++] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_BWD, e->bwd};
+  }
+  const int d = bt_predictor_adapt(p, "x86-laptop", smp, ns, &err);
+  cr_assert_geq(d, 0, "%s", err.msg);
+  bt_device truth, head;
+  cr_assert_eq(bt_device_find("x86-laptop", DATA_DIR, &truth, &err), 0, "%s", err.msg);
+  bt_predictor_head_device(p, d, &head);
+  cr_assert(head.cache_kib > truth.cache_kib / 1.2 && head.cache_kib < truth.cache_kib * 1.2,
+            "cache %.0f KiB, the device's %.0f KiB", head.cache_kib, truth.cache_kib);
+  const double share = within(p, d, laptop, 0.10);
+  cr_assert_geq(share, 0.9, "%.1f%% within 10%%", 100 * share);
+  free(smp);
   bt_predictor_free(p);
   free_world(&w);
 }

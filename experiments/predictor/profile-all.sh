@@ -21,7 +21,9 @@
 # 6 and 8 (corpus-host-2.h5, corpus-host-3.h5; 13-15 min each at 16000),
 # and with ODD=N (default 0) N layers of any channel count, kernel and padding
 # (corpus-host-odd.h5, --odd: LeNet-like shapes off the random corpus's
-# menus, never the zoo's own; 3 min at 4000).
+# menus, never the zoo's own; 3 min at 4000), and with DENSE=N (default 0) N
+# dense layers of any width (corpus-host-dense.h5, --dense: 8-4096 inputs,
+# 2-4096 units, batches 1-32, never the zoo's own; 67 s at 4000).
 # IN_MODEL=1 (default 0) also times every zoo layer of the device and host
 # sets inside its whole model, as the runtime's calibration does
 # (--in-model: the sets' *_model datasets; about 15 s more per set).
@@ -53,6 +55,7 @@ big=${7:-0}
 blocks=${8:-0}
 more=${9:-0}
 odd=${ODD:-0}
+dense=${DENSE:-0}
 out=${OUT:-data/predictor}
 mkdir -p "$out"
 export BLIS_NUM_THREADS=1
@@ -99,4 +102,8 @@ fi
 if [ "$odd" -gt 0 ]; then
   "$baton" profile --device host --seed 8 --random 0 --odd "$odd" --zoo none \
     --out "$out/corpus-host-odd.h5" --repeats "$repeats" --passes "$passes" --nodin --quiet
+fi
+if [ "$dense" -gt 0 ]; then
+  "$baton" profile --device host --seed 9 --random 0 --dense "$dense" --zoo none \
+    --out "$out/corpus-host-dense.h5" --repeats "$repeats" --passes "$passes" --nodin --quiet
 fi

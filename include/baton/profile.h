@@ -111,6 +111,11 @@ int bt_profile_add_deep(bt_profile *p, uint64_t seed, int n, bt_err *err);
  * outside it. */
 int bt_profile_add_odd(bt_profile *p, uint64_t seed, int n, bt_err *err);
 
+/* Adds `n` randomised dense layers (source "dense"): 8-4096 inputs and 2-4096
+ * units, both log-uniform, batches 1-32, within the corpus's size limit;
+ * never a zoo model's own layer. */
+int bt_profile_add_dense(bt_profile *p, uint64_t seed, int n, bt_err *err);
+
 /* Adds a grid of late-stage convolutions (source "grid"): 256-1024 input and
  * output channels (5 steps each) on 2, 4 and 8 pixels, kernels 1 and 3,
  * strides 1 and 2, batches 1-32, within the corpus's size limit, leaving out

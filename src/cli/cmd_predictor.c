@@ -557,6 +557,9 @@ static int run_eval(eval_ctx *c, bt_err *err) {
   memset(tot_unseen, 0, sizeof tot_unseen);
   acc tot_var[N_PROBE_COUNTS][3];
   memset(tot_var, 0, sizeof tot_var);
+  /* Where the held-out devices miss after the probe set (k = 10), by kind. */
+  acc by_kind10[2][BT_LAYER_KIND_COUNT];
+  memset(by_kind10, 0, sizeof by_kind10);
   for (int pass = 0; pass < 2; pass++) {
     print_header(pass == 0 ? "(b) each device held out in turn, after k probe layers (k = 50: "
                              "the probe set + 40 corpus layers)"
@@ -574,6 +577,13 @@ static int run_eval(eval_ctx *c, bt_err *err) {
           mask[rows[j]] = 0;
         acc a[3];
         score(&S->p[k], vf[k][q], vb[k][q], mask, &c->st, a);
+        for (int i = 0; probe_counts[q] == 10 && i < n; i++) {
+          const bt_profile_entry *e = &S->p[k].e[i];
+          if (mask[i] && isfinite(vf[k][q][i]))
+            acc_add(&by_kind10[pass][e->layer.kind], vf[k][q][i], e->fwd);
+          if (mask[i] && isfinite(vb[k][q][i]))
+            acc_add(&by_kind10[pass][e->layer.kind], vb[k][q][i], e->bwd);
+        }
         char label[64];
         snprintf(label, sizeof label, "%.14s k=%d", S->names[k], probe_counts[q]);
         print_row(label, a);
@@ -584,6 +594,14 @@ static int run_eval(eval_ctx *c, bt_err *err) {
       char label[64];
       snprintf(label, sizeof label, "ALL k=%d", probe_counts[q]);
       print_row(label, pass ? tot_var[q] : tot_unseen[q]);
+    }
+    printf("by layer kind after 10 probes (fwd+bwd pooled): kind, samples, MAPE%%, <=10%%, "
+           "<=5%%\n");
+    for (int kd = 0; kd < BT_LAYER_KIND_COUNT; kd++) {
+      const acc *a = &by_kind10[pass][kd];
+      if (a->n)
+        printf("  %-16s %6ld %7.1f %7.1f%% %7.1f%%\n", bt_layer_kind_name((bt_layer_kind)kd), a->n,
+               100 * a->ape / a->n, pct(a->w10, a->n), pct(a->w5, a->n));
     }
   }
   free(mask);

@@ -26,6 +26,8 @@ static void profile_usage(FILE *f) {
           "  --odd N           also N randomised layers of any channel count, kernel\n"
           "                    and padding (1-128 channels, kernels 1-7, dense 8-1200;\n"
           "                    never the zoo's own; default 0)\n"
+          "  --dense N         also N randomised dense layers (8-4096 inputs, 2-4096\n"
+          "                    units, log-uniform; never the zoo's own; default 0)\n"
           "  --deep-grid       also a grid of late-stage convolutions (256-1024 channels\n"
           "                    on 2-8 pixels, batches 1-32; never the zoo's own)\n"
           "  --big-grid        also a grid of large convolutions (16-512 channels on 4-32\n"
@@ -71,8 +73,9 @@ static int int_arg(const char *opt, const char *v, int lo, int hi, int *out) {
 
 int bt_cmd_profile(int argc, char **argv) {
   const char *device = NULL, *out = NULL, *arch = "auto", *zoo = NULL;
-  int n_random = 300, n_deep = 0, n_odd = 0, deep_grid = 0, big_grid = 0, big_blocks = 0, seed = 1,
-      repeats = 10, passes = 1, threads = 1, probes = 0, quiet = 0, nodin = 0, in_model = 0;
+  int n_random = 300, n_deep = 0, n_odd = 0, n_dense = 0, deep_grid = 0, big_grid = 0,
+      big_blocks = 0, seed = 1, repeats = 10, passes = 1, threads = 1, probes = 0, quiet = 0,
+      nodin = 0, in_model = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -112,6 +115,9 @@ int bt_cmd_profile(int argc, char **argv) {
         return 2;
     } else if (strcmp(a, "--odd") == 0) {
       if (int_arg(a, argv[++i], 0, 100000, &n_odd) < 0)
+        return 2;
+    } else if (strcmp(a, "--dense") == 0) {
+      if (int_arg(a, argv[++i], 0, 100000, &n_dense) < 0)
         return 2;
     } else if (strcmp(a, "--seed") == 0) {
       if (int_arg(a, argv[++i], 0, 1 << 30, &seed) < 0)
@@ -164,6 +170,8 @@ int bt_cmd_profile(int argc, char **argv) {
     rc = bt_profile_add_deep(&p, p.seed, n_deep, &err);
   if (rc == 0 && !probes && n_odd > 0)
     rc = bt_profile_add_odd(&p, p.seed, n_odd, &err);
+  if (rc == 0 && !probes && n_dense > 0)
+    rc = bt_profile_add_dense(&p, p.seed, n_dense, &err);
   if (rc == 0 && !probes && deep_grid)
     rc = bt_profile_add_deep_grid(&p, &err);
   if (rc == 0 && !probes && big_grid)
