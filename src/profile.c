@@ -580,39 +580,50 @@ static bt_layer odd_layer(bt_rng *r, int *batch) {
   }
 }
 
-int bt_profile_add_odd(bt_profile *p, uint64_t seed, int n, bt_err *err) {
-  static const bt_layer_kind kinds[] = {BT_CONV2D,  BT_DENSE, BT_MAXPOOL,
-                                        BT_AVGPOOL, BT_RELU,  BT_BATCHNORM};
-  enum { N_KINDS = sizeof kinds / sizeof *kinds };
-  char(*zoo[N_KINDS])[BT_LAYER_SPEC_MAX] = {NULL};
-  int n_zoo[N_KINDS], rc = 0;
-  for (int k = 0; k < N_KINDS; k++)
+/* Adds `n` layers drawn by `draw` under `source`, never a zoo layer of one
+ * of `kinds` (the zoo's rows are the evaluation's and the partitioner's
+ * test cases). */
+typedef bt_layer (*layer_draw)(bt_rng *r, int *batch);
+
+static int add_drawn(bt_profile *p, uint64_t seed, uint64_t stream, int n, layer_draw draw,
+                     const char *source, const bt_layer_kind *kinds, int n_kinds, bt_err *err) {
+  enum { MAX_KINDS = 8 };
+  char(*zoo[MAX_KINDS])[BT_LAYER_SPEC_MAX] = {NULL};
+  int n_zoo[MAX_KINDS] = {0}, rc = 0;
+  for (int k = 0; k < n_kinds && k < MAX_KINDS; k++)
     if ((n_zoo[k] = zoo_layers_of(kinds[k], &zoo[k], err)) < 0)
       rc = -1;
   bt_rng r;
-  bt_rng_seed(&r, seed, 0x0dd5);
+  bt_rng_seed(&r, seed, stream);
   for (int i = 0, tries = 0; rc == 0 && i < n && tries < 50 * n; tries++) {
     int batch = 1, in_zoo = 0;
-    bt_layer l = odd_layer(&r, &batch);
+    bt_layer l = draw(&r, &batch);
     char spec[BT_LAYER_SPEC_MAX];
     if (bt_layer_spec_format(&l, spec, sizeof spec) < 0) {
       bt_layer_release(&l);
-      rc = bt_err_set(err, "odd layer spec too long");
+      rc = bt_err_set(err, "%s layer spec too long", source);
       break;
     }
-    for (int k = 0; k < N_KINDS && !in_zoo; k++)
+    for (int k = 0; k < n_kinds && k < MAX_KINDS && !in_zoo; k++)
       in_zoo = l.kind == kinds[k] && spec_listed(zoo[k], n_zoo[k], spec);
     if (in_zoo) {
       bt_layer_release(&l);
       continue;
     }
-    const int added = bt_profile_add(p, l, batch, "odd", err);
+    const int added = bt_profile_add(p, l, batch, source, err);
     rc = added < 0 ? -1 : 0;
     i += added > 0;
   }
-  for (int k = 0; k < N_KINDS; k++)
+  for (int k = 0; k < n_kinds && k < MAX_KINDS; k++)
     free(zoo[k]);
   return rc;
+}
+
+int bt_profile_add_odd(bt_profile *p, uint64_t seed, int n, bt_err *err) {
+  static const bt_layer_kind kinds[] = {BT_CONV2D,  BT_DENSE, BT_MAXPOOL,
+                                        BT_AVGPOOL, BT_RELU,  BT_BATCHNORM};
+  return add_drawn(p, seed, 0x0dd5, n, odd_layer, "odd", kinds, (int)(sizeof kinds / sizeof *kinds),
+                   err);
 }
 
 /* A dense layer of any width (bt_profile_add_dense): inputs and units
@@ -631,25 +642,9 @@ static bt_layer dense_layer(bt_rng *r, int *batch) {
 }
 
 int bt_profile_add_dense(bt_profile *p, uint64_t seed, int n, bt_err *err) {
-  char(*zoo)[BT_LAYER_SPEC_MAX] = NULL;
-  const int n_zoo = zoo_layers_of(BT_DENSE, &zoo, err);
-  int rc = n_zoo < 0 ? -1 : 0;
-  bt_rng r;
-  bt_rng_seed(&r, seed, 0xde45e);
-  for (int i = 0, tries = 0; rc == 0 && i < n && tries < 50 * n; tries++) {
-    int batch = 1;
-    bt_layer l = dense_layer(&r, &batch);
-    char spec[BT_LAYER_SPEC_MAX];
-    if (bt_layer_spec_format(&l, spec, sizeof spec) < 0 || spec_listed(zoo, n_zoo, spec)) {
-      bt_layer_release(&l);
-      continue;
-    }
-    const int added = bt_profile_add(p, l, batch, "dense", err);
-    rc = added < 0 ? -1 : 0;
-    i += added > 0;
-  }
-  free(zoo);
-  return rc;
+  static const bt_layer_kind kinds[] = {BT_DENSE};
+  return add_drawn(p, seed, 0xde45e, n, dense_layer, "dense", kinds,
+                   (int)(sizeof kinds / sizeof *kinds), err);
 }
 
 /* A grid of convolutions: every combination of the given shapes, each at
