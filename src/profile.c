@@ -580,17 +580,20 @@ static bt_layer odd_layer(bt_rng *r, int *batch) {
   }
 }
 
+typedef bt_layer (*layer_draw)(bt_rng *r, int *batch);
+
 /* Adds `n` layers drawn by `draw` under `source`, never a zoo layer of one
  * of `kinds` (the zoo's rows are the evaluation's and the partitioner's
  * test cases). */
-typedef bt_layer (*layer_draw)(bt_rng *r, int *batch);
-
 static int add_drawn(bt_profile *p, uint64_t seed, uint64_t stream, int n, layer_draw draw,
                      const char *source, const bt_layer_kind *kinds, int n_kinds, bt_err *err) {
   enum { MAX_KINDS = 8 };
+  if (n_kinds > MAX_KINDS)
+    return bt_err_set(err, "%s layers: at most %d kinds to keep apart from the zoo", source,
+                      MAX_KINDS);
   char(*zoo[MAX_KINDS])[BT_LAYER_SPEC_MAX] = {NULL};
   int n_zoo[MAX_KINDS] = {0}, rc = 0;
-  for (int k = 0; k < n_kinds && k < MAX_KINDS; k++)
+  for (int k = 0; k < n_kinds; k++)
     if ((n_zoo[k] = zoo_layers_of(kinds[k], &zoo[k], err)) < 0)
       rc = -1;
   bt_rng r;
@@ -604,7 +607,7 @@ static int add_drawn(bt_profile *p, uint64_t seed, uint64_t stream, int n, layer
       rc = bt_err_set(err, "%s layer spec too long", source);
       break;
     }
-    for (int k = 0; k < n_kinds && k < MAX_KINDS && !in_zoo; k++)
+    for (int k = 0; k < n_kinds && !in_zoo; k++)
       in_zoo = l.kind == kinds[k] && spec_listed(zoo[k], n_zoo[k], spec);
     if (in_zoo) {
       bt_layer_release(&l);
@@ -614,7 +617,7 @@ static int add_drawn(bt_profile *p, uint64_t seed, uint64_t stream, int n, layer
     rc = added < 0 ? -1 : 0;
     i += added > 0;
   }
-  for (int k = 0; k < n_kinds && k < MAX_KINDS; k++)
+  for (int k = 0; k < n_kinds; k++)
     free(zoo[k]);
   return rc;
 }

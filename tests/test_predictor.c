@@ -592,6 +592,7 @@ Test(predictor, adapting_finds_a_cache_far_from_the_population) {
    * every twentieth other one: the cross-validation refits once per layer, so
    * all the rows would cost a minute under the sanitizers. */
   bt_pred_sample *smp = malloc(2 * (size_t)laptop->n * sizeof *smp);
+  cr_assert(smp);
   int ns = 0;
   for (int i = 0; i < laptop->n; i++) {
     const bt_profile_entry *e = &laptop->e[i];
