@@ -111,6 +111,35 @@ Test(predictor, probe_set_is_small_and_cheap) {
     t += bt_device_layer_analytic(&d, &p.e[i].layer, p.e[i].batch, BT_PASS_FWD, 0).total +
          bt_device_layer_analytic(&d, &p.e[i].layer, p.e[i].batch, BT_PASS_BWD, 0).total;
   cr_assert_lt(t, 2.0, "probe set takes %.2f s on rpi3bplus", t);
+  /* Every shipped device's cache lies between two memory-bound probe ops
+   * at most 4x apart (the old set left 448 KiB to 3 MiB empty). */
+  double sizes[64];
+  int ns = 0;
+  for (int i = 0; i < p.n; i++)
+    for (int pass = 0; pass < 2; pass++) {
+      bt_device_op ops[BT_DEVICE_LAYER_OPS_MAX];
+      const int n =
+          bt_device_layer_ops(&p.e[i].layer, p.e[i].batch, pass ? BT_PASS_BWD : BT_PASS_FWD, ops,
+                              BT_DEVICE_LAYER_OPS_MAX);
+      for (int k = 0; k < n && ns < 64; k++)
+        if (!bt_op_class_compute_bound(ops[k].cls))
+          sizes[ns++] = ops[k].bytes;
+    }
+  bt_device_names names;
+  cr_assert_eq(bt_device_list(DATA_DIR, &names, &err), 0, "%s", err.msg);
+  for (int j = 0; j < names.count; j++) {
+    cr_assert_eq(bt_device_find(names.names[j], DATA_DIR, &d, &err), 0, "%s", err.msg);
+    const double cache = d.cache_kib * 1024;
+    double below = 0, above = INFINITY;
+    for (int k = 0; k < ns; k++)
+      if (sizes[k] <= cache)
+        below = fmax(below, sizes[k]);
+      else
+        above = fmin(above, sizes[k]);
+    cr_assert(above / below <= 4, "%s: cache %.0f KiB between probe ops of %.0f and %.0f KiB",
+              names.names[j], d.cache_kib, below / 1024, above / 1024);
+  }
+  bt_device_names_free(&names);
   bt_profile_free(&p);
 }
 
@@ -614,6 +643,73 @@ Test(predictor, adapting_finds_a_cache_far_from_the_population) {
   const double share = within(p, d, laptop, 0.10);
   cr_assert_geq(share, 0.9, "%.1f%% within 10%%", 100 * share);
   free(smp);
+  bt_predictor_free(p);
+  free_world(&w);
+}
+
+/* Between two samples' byte counts the probes cannot tell where the cache
+ * is: the head takes the middle of the gap (in log size), and the fit of
+ * every other parameter is not held at a cache that sits on a sample's
+ * byte count (LM moved the cache there, then no step could cross the jump:
+ * a batch-norm probe stayed 23% off on an emulated rpi4). rpi4 held out
+ * (1 MiB cache); its compute probes plus ReLUs of 16/24 KiB, 600/900 KiB,
+ * 1800/2700 KiB and 16/24 MiB: the middle is sqrt(900 x 1800) KiB. */
+Test(predictor, a_cache_between_two_probes_is_the_middle_of_the_gap) {
+  world w;
+  make_world(&w);
+  const bt_profile *rpi4 = &w.s[2];
+  cr_assert_str_eq(w.names[2], "rpi4");
+  bt_profile others[N_DEVS];
+  const char *names[N_DEVS];
+  for (int k = 0, m = 0; k <= N_DEVS; k++)
+    if (k != 2)
+      others[m] = w.s[k], names[m++] = w.names[k];
+  bt_predictor *p;
+  bt_err err = {{0}};
+  cr_assert_eq(bt_predictor_fit(others, names, N_DEVS, NULL, NULL, &p, &err), 0, "%s", err.msg);
+  bt_device truth;
+  cr_assert_eq(bt_device_find("rpi4", DATA_DIR, &truth, &err), 0, "%s", err.msg);
+  /* ReLUs: forward moves 2 x 4 x elems bytes, backward 3 x 4 x elems. */
+  const struct {
+    int h, c, batch;
+  } relus[] = {{8, 16, 2}, {10, 64, 12}, {15, 64, 16}, {32, 64, 32}};
+  bt_profile extra = {0};
+  for (size_t j = 0; j < sizeof relus / sizeof *relus; j++) {
+    bt_layer l = bt_relu();
+    l.in = (bt_shape){relus[j].h, relus[j].h, relus[j].c};
+    cr_assert_eq(bt_profile_add(&extra, l, relus[j].batch, "probe", &err), 1, "%s", err.msg);
+  }
+  bt_pred_sample smp[32];
+  int ns = 0;
+  for (int i = 0; i < rpi4->n; i++) {
+    const bt_profile_entry *e = &rpi4->e[i];
+    const bt_layer_kind k = e->layer.kind;
+    if (strcmp(e->source, "probe") != 0 || !(k == BT_CONV2D || k == BT_DWCONV2D || k == BT_DENSE))
+      continue;
+    smp[ns++] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_FWD, e->fwd};
+    smp[ns++] = (bt_pred_sample){&e->layer, e->batch, BT_PASS_BWD, e->bwd};
+  }
+  cr_assert_eq(ns, 10);
+  for (int i = 0; i < extra.n; i++)
+    for (int pass = 0; pass < 2; pass++) {
+      const bt_pass ps = pass ? BT_PASS_BWD : BT_PASS_FWD;
+      const double t =
+          bt_device_layer_analytic(&truth, &extra.e[i].layer, extra.e[i].batch, ps, 0).total;
+      smp[ns++] = (bt_pred_sample){&extra.e[i].layer, extra.e[i].batch, ps, t};
+    }
+  const int d = bt_predictor_adapt(p, "rpi4", smp, ns, &err);
+  cr_assert_geq(d, 0, "%s", err.msg);
+  bt_device head;
+  bt_predictor_head_device(p, d, &head);
+  const double middle = sqrt(900.0 * 1800.0);
+  cr_assert(fabs(head.cache_kib / middle - 1) < 0.01, "cache %.0f KiB, the gap's middle %.0f KiB",
+            head.cache_kib, middle);
+  for (int i = 0; i < ns; i++) {
+    const double t = bt_predictor_predict_dev(p, d, smp[i].layer, smp[i].batch, smp[i].pass);
+    cr_assert(fabs(t / smp[i].seconds - 1) < 0.05, "sample %d: %.3g s predicted, %.3g s timed", i,
+              t, smp[i].seconds);
+  }
+  bt_profile_free(&extra);
   bt_predictor_free(p);
   free_world(&w);
 }
@@ -1252,7 +1348,7 @@ Test(predictor, the_in_model_context_is_learnt_from_the_zoo_rows) {
     add_in_model(&w.s[k], k < N_DEVS ? devs[k] : NULL);
   cr_assert_eq(bt_predictor_fit(w.s, w.names, N_DEVS + 1, NULL, NULL, &p, &err), 0, "%s", err.msg);
   /* The factor per kind, and the in-model device times of the zoo rows. */
-  int rows = 0, ok_ctx = 0, ok_plain = 0;
+  int rows = 0, ok_ctx = 0, far_rows = 0, ok_plain = 0;
   const bt_profile *s = &w.s[0];
   for (int i = 0; i < s->n; i++) {
     const bt_profile_entry *e = &s->e[i];
@@ -1268,11 +1364,19 @@ Test(predictor, the_in_model_context_is_learnt_from_the_zoo_rows) {
     const double without = bt_predictor_predict_dev(p, 0, &e->layer, e->batch, BT_PASS_FWD);
     rows++;
     ok_ctx += fabs(with - e->fwd_model) <= 0.05 * e->fwd_model;
-    ok_plain += fabs(without - e->fwd_model) <= 0.05 * e->fwd_model;
+    /* Without the context a GEMM-like row misses by its factor (a
+     * memory-bound one keeps its analytic device time either way); the
+     * convolutions' 1.1 is near the 5% bound, so count dense (1.3) and
+     * depthwise (1.8) rows. */
+    if (e->layer.kind == BT_DENSE || e->layer.kind == BT_DWCONV2D) {
+      far_rows++;
+      ok_plain += fabs(without - e->fwd_model) <= 0.05 * e->fwd_model;
+    }
   }
   cr_assert_gt(rows, 100);
   cr_assert_geq(ok_ctx, 0.95 * rows, "with the context %d of %d within 5%%", ok_ctx, rows);
-  cr_assert_lt(ok_plain, 0.5 * rows, "without it %d of %d", ok_plain, rows);
+  cr_assert_gt(far_rows, 20);
+  cr_assert_leq(ok_plain, 0.05 * far_rows, "without it %d of %d", ok_plain, far_rows);
   /* The context survives the model file. */
   char path[256];
   tmp_path(path, sizeof path, "ctx.txt");
