@@ -831,9 +831,9 @@ int bt_profile_probe_set(bt_profile *p, bt_err *err) {
    * that a cache of 256 KiB to 12 MiB lies between two of them at most 4x
    * apart: the cache is a step, and a layer between the two probes that
    * bracket it is predicted in or out of the cache by a guess. Until 8
-   * December a max-pool stood here and one ReLU of 256/384 KiB; 448 KiB to
-   * 3 MiB held no probe, and that gap held half the shipped devices'
-   * caches (docs/predictor.md). */
+   * December a max-pool stood in the place of the 192 KiB ReLU and the
+   * ReLU6 was 256/384 KiB: 448 KiB to 3 MiB held no probe, and half the
+   * device profiles' caches (docs/predictor.md). */
   struct {
     bt_layer l;
     int in_h, in_c, batch;
