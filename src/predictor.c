@@ -950,8 +950,10 @@ static int cmp_d(const void *x, const void *y) {
   return (a > b) - (a < b);
 }
 
-/* th[7] for a cache of `bytes`. */
+/* The head parameter of the cache size: th[TH_CACHE] = log(cache / 1 MiB). */
+enum { TH_CACHE = 7 };
 static double cache_theta(double bytes) { return log(bytes / (1024.0 * 1024.0)); }
+static double cache_bytes(const double *th) { return 1024.0 * 1024.0 * exp(th[TH_CACHE]); }
 
 /* The distinct byte counts of the samples' ops, ascending, into *m (NULL
  * and 0 if none): where the cache term can change. */
@@ -981,7 +983,7 @@ static double data_objective_at(const bt_predictor *p, const fsample *s, int n, 
                                 double bytes) {
   double t[NP], zero[NP * NP] = {0};
   memcpy(t, th, sizeof t);
-  t[7] = cache_theta(bytes);
+  t[TH_CACHE] = cache_theta(bytes);
   return objective(p, s, n, t, t, zero, NULL);
 }
 
@@ -996,7 +998,7 @@ static void centre_cache(const bt_predictor *p, const fsample *s, int n, double 
   int m;
   double *b = op_sizes(s, n, &m);
   /* Gap g lies between b[g-1] and b[g]; the cache is in gap `at`. */
-  const double cache = 1024.0 * 1024.0 * exp(th[7]);
+  const double cache = cache_bytes(th);
   int at = 0;
   while (at < m && b[at] <= cache)
     at++;
@@ -1007,14 +1009,14 @@ static void centre_cache(const bt_predictor *p, const fsample *s, int n, double 
       lo--;
     while (hi < m - 1 && fabs(data_objective_at(p, s, n, th, sqrt(b[hi] * b[hi + 1])) - d0) <= tol)
       hi++;
-    th[7] = cache_theta(sqrt(b[lo - 1] * b[hi]));
+    th[TH_CACHE] = cache_theta(sqrt(b[lo - 1] * b[hi]));
   }
   free(b);
 }
 
 /* The gap between the samples' byte counts (or below or above them all)
  * whose middle minimises the objective, the other parameters fixed, into
- * th[7]. Many byte counts (a seen device's corpus): a first pass over
+ * th[TH_CACHE]. Many byte counts (a seen device's corpus): a first pass over
  * coarse gaps spanning every k-th count, then every gap inside the best. */
 static void search_cache(const bt_predictor *p, const fsample *s, int n, const double *mu,
                          const double *prec, double *th) {
@@ -1034,17 +1036,17 @@ static void search_cache(const bt_predictor *p, const fsample *s, int n, const d
   double best = INFINITY;
   for (int i = 0; stride > 1 && i <= m; i += stride) {
     const int j = i + stride - 1 < m ? i + stride - 1 : m; /* gaps i..j */
-    t[7] = cache_theta(sqrt(LO_EDGE(i) * HI_EDGE(j)));
+    t[TH_CACHE] = cache_theta(sqrt(LO_EDGE(i) * HI_EDGE(j)));
     const double f = objective(p, s, n, t, mu, prec, NULL);
     if (f < best)
       best = f, first = i, last = j;
   }
   best = INFINITY;
   for (int i = first; i <= last; i++) {
-    t[7] = cache_theta(sqrt(LO_EDGE(i) * HI_EDGE(i)));
+    t[TH_CACHE] = cache_theta(sqrt(LO_EDGE(i) * HI_EDGE(i)));
     const double f = objective(p, s, n, t, mu, prec, NULL);
     if (f < best)
-      best = f, th[7] = t[7];
+      best = f, th[TH_CACHE] = t[TH_CACHE];
   }
 #undef LO_EDGE
 #undef HI_EDGE
@@ -1074,8 +1076,8 @@ static void full_fit(const bt_predictor *p, const fsample *s, int n, const doubl
       if (start == 0)
         search_cache(p, s, n, mu, prec, t);
       else
-        t[7] = cache_theta(2 * fmax(big, 1.0));
-      if (t[7] == th[7])
+        t[TH_CACHE] = cache_theta(2 * fmax(big, 1.0));
+      if (t[TH_CACHE] == th[TH_CACHE])
         continue;
       map_fit(p, s, n, mu, prec, t, NULL, iters);
       const double f = objective(p, s, n, t, mu, prec, NULL);
